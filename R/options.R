@@ -1,0 +1,51 @@
+#' Options for pageshare
+#'
+#' Every option can also be set by an environment variable, read once when the
+#' package is loaded (an option set explicitly wins).
+#'
+#' \describe{
+#'  \item{`pageshare.dir`}{(character; env `PAGESHARE_DIR`; default `"/dev/shm"`)
+#'    The tmpfs directory that holds the segments. Workers must see the same
+#'    directory (they do: a handle carries it).}
+#'  \item{`pageshare.threshold`}{(numeric bytes; env `PAGESHARE_THRESHOLD`;
+#'    default `1048576`, 1 MiB) Objects smaller than this travel by plain
+#'    serialization when the backends share automatically; [share()] itself
+#'    always shares.}
+#' }
+#' @name pageshare_options
+#' @aliases pageshare.dir pageshare.threshold
+#' @examples
+#' getOption("pageshare.dir")
+#' old <- options(pageshare.threshold = 64 * 1024)
+#' options(old)
+NULL
+
+option_defaults <- list(
+  pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
+  pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric)
+)
+
+load_option_defaults <- function() {
+  for (name in names(option_defaults)) {
+    spec <- option_defaults[[name]]
+    if (is.null(getOption(name))) {
+      env <- Sys.getenv(spec$env, "")
+      value <- if (nzchar(env)) spec$parse(env) else spec$default
+      options(stats::setNames(list(value), name))
+    }
+  }
+}
+
+segment_dir <- function() {
+  dir <- getOption("pageshare.dir", "/dev/shm")
+  if (!is.character(dir) || length(dir) != 1L || is.na(dir) || !dir.exists(dir)) {
+    pageshare_stop("dir_option", paste(format(dir), collapse = " "))
+  }
+  normalizePath(dir, mustWork = TRUE)
+}
+
+share_threshold <- function() {
+  t <- getOption("pageshare.threshold", 1048576)
+  if (!is.numeric(t) || length(t) != 1L || is.na(t) || t < 0) pageshare_stop("threshold_option")
+  t
+}

@@ -1,0 +1,166 @@
+#' Share a vector (or the vectors in a list) through shared memory
+#'
+#' `share(x)` copies the data of `x` into a new shared-memory segment, once, and
+#' returns a *view*: an ordinary-looking R vector (same type, length and
+#' attributes) that reads the shared pages. A view sent to pageshare's own
+#' workers travels as a handle of a few hundred bytes; every worker maps the
+#' same pages instead of receiving its own copy.
+#'
+#' Views are read-only: modifying one gives the modifying code a private copy
+#' (R's usual value semantics); the shared pages never change. Sharing the same
+#' object twice returns the same view (the source is marked not mutable, so an
+#' in-place write to it copies it first). The segment is removed when the view
+#' and the source are garbage-collected, when the package is unloaded, and when
+#' the process exits; segments of processes that were killed are reclaimed by
+#' [sweep_shared()] and at the next load of the package.
+#'
+#' Lists (including data frames) are shared element by element: each
+#' shareable vector in them becomes a view, other elements (character vectors,
+#' `NULL`, functions of a formula, ...) are kept as they are. An environment,
+#' a function or an external pointer cannot be shared and gives an error that
+#' names the element.
+#'
+#' @section Errors:
+#' An unsupported type; a full segment directory (the error names the size
+#' needed and the space free; R keeps running); an invalid `pageshare.dir`.
+#'
+#' @param x A logical, integer, double, complex or raw vector (any attributes:
+#'   matrices, factors, dates...), or a list of such vectors.
+#' @return A view of `x` (or a list of views).
+#' @seealso [is_shared()], [shared_info()], [with_handles()], [pageshare_options]
+#' @examples
+#' x <- share(rnorm(1e5))
+#' is_shared(x)
+#' sum(x)
+#' shared_info(x)$bytes
+#' y <- x
+#' y[1] <- 0          # y gets a private copy; x is unchanged
+#' identical(x[2], y[2])
+#' rm(x, y); invisible(gc())
+#' @export
+share <- function(x) {
+  share_value(x, "x")
+}
+
+share_value <- function(x, where) {
+  if (is_shareable_vector(x)) {
+    return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir()))
+  }
+  if (typeof(x) == "list") {
+    return(share_list(x, where))
+  }
+  pageshare_stop("share_type", paste0("`", where, "`"), describe_type(x))
+}
+
+share_list <- function(x, where) {
+  # Work on the unclassed list so that `[[<-` methods (data.frame, tibble) are
+  # not involved; the class is put back unchanged.
+  cls <- oldClass(x)
+  out <- unclass(x)
+  nms <- names(x)
+  for (i in seq_along(x)) {
+    el <- x[[i]]
+    label <- sprintf("%s[[%s]]", where, if (!is.null(nms) && nzchar(nms[i])) dQuote(nms[i], FALSE) else i)
+    if (is_shareable_vector(el) || is.list(el)) {
+      shared <- share_value(el, label)
+      if (!is.null(shared)) out[[i]] <- shared
+    } else if (!is_plain_data(el)) {
+      pageshare_stop("share_type", label, describe_type(el))
+    }
+  }
+  oldClass(out) <- cls
+  out
+}
+
+is_shareable_vector <- function(x) {
+  typeof(x) %in% c("logical", "integer", "double", "complex", "raw") && !isS4(x)
+}
+
+# Values that are not shared but may travel inside a shared list as they are.
+is_plain_data <- function(x) {
+  is.null(x) || is.character(x) || is.symbol(x) || is.language(x)
+}
+
+describe_type <- function(x) {
+  switch(typeof(x),
+    environment = "it is an environment, which has no fixed size and cannot be read by another process",
+    closure = , builtin = , special = "it is a function; pass the data it uses instead",
+    externalptr = "it is an external pointer, which is only valid inside the process that made it",
+    character = "character vectors are not shared yet (they travel by plain serialization)",
+    S4 = "it is an S4 object",
+    sprintf("it is of type %s", typeof(x)))
+}
+
+#' Is an object a pageshare view?
+#'
+#' @param x Any R object.
+#' @return `TRUE` if `x` is a view of a shared segment, else `FALSE`.
+#' @examples
+#' is_shared(1:10)
+#' v <- share(as.double(1:10))
+#' is_shared(v)
+#' @export
+is_shared <- function(x) .Call(ps_is_view, x)
+
+#' Describe a view
+#'
+#' @param x A view (see [share()]).
+#' @return `NULL` if `x` is not a view; otherwise a list with `name` (segment
+#'   name), `dir`, `bytes` (of this view's data), `segment_bytes`, `owner_pid`,
+#'   `owned_here`, `type`, `offset` and `length` (in elements),
+#'   `materializations` (full copies made of this view so far) and
+#'   `private_copy` (whether this view now reads a private copy).
+#' @examples
+#' v <- share(runif(1000))
+#' str(shared_info(v))
+#' @export
+shared_info <- function(x) .Call(ps_view_info, x)
+
+#' Evaluate code with views serializing as handles
+#'
+#' Outside this scope a view serializes as its plain data, so `saveRDS()`,
+#' `serialize()` or a cluster on another host never depend on a segment that may
+#' be gone. Inside it, a view serializes to a small handle naming its segment;
+#' the process that unserializes it maps the same pages. pageshare's backends
+#' open this scope around sending work to their own workers; use it yourself
+#' only to send views to processes on this machine that have pageshare
+#' installed, and only while the views stay alive.
+#'
+#' @param expr Code to evaluate.
+#' @return The value of `expr`.
+#' @examples
+#' v <- share(as.double(1:1e6))
+#' length(serialize(v, NULL))                 # the data: ~8 MB
+#' length(with_handles(serialize(v, NULL)))   # a handle: a few hundred bytes
+#' @export
+with_handles <- function(expr) {
+  .Call(ps_scope, 1L)
+  on.exit(.Call(ps_scope, -1L))
+  expr
+}
+
+#' Reclaim segments of dead processes
+#'
+#' Removes every pageshare segment in the segment directory whose owner process
+#' is no longer running (killed with `kill -9`, crashed). Segments of live
+#' processes are never touched. This also runs when the package is loaded.
+#'
+#' @return The names of the removed segments, invisibly.
+#' @examples
+#' sweep_shared()
+#' @export
+sweep_shared <- function() invisible(.Call(ps_sweep, segment_dir()))
+
+#' List pageshare segments
+#'
+#' @param all If `FALSE` (default), the segments this process maps (owned or
+#'   viewed); if `TRUE`, every pageshare segment present in the segment
+#'   directory, of any process.
+#' @return A character vector of segment names.
+#' @examples
+#' v <- share(rnorm(10))
+#' shared_segments()
+#' @export
+shared_segments <- function(all = FALSE) {
+  if (isTRUE(all)) .Call(ps_list_segments, segment_dir()) else .Call(ps_mapped)
+}

@@ -1,0 +1,97 @@
+//! The only module that calls libc directly: free space, page reservation,
+//! process identity and randomness. Everything else stays portable Rust.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Bytes available to an unprivileged writer in the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::Argument("the segment directory contains a NUL byte".into()))?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(Error::os(
+            format!("cannot read free space of {}", dir.display()),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Reserve every page of `file` up to `len` bytes, so that later writes through a
+/// mapping can never hit an unbacked tmpfs page (which would raise SIGBUS).
+pub fn reserve(file: &File, len: u64) -> std::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: the descriptor is owned by `file` and open for writing.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Start time of a process (clock ticks since boot, field 22 of /proc/PID/stat),
+/// which together with the pid identifies a process even after pid reuse.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let mut s = String::new();
+    File::open(format!("/proc/{pid}/stat")).ok()?.read_to_string(&mut s).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces.
+    let after = &s[s.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Is the process (pid, start time) still running?
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match start_time(pid) {
+        Some(s) => s == start,
+        None => false,
+    }
+}
+
+/// `n` bytes from the kernel's random source, for unguessable names and secrets.
+pub fn random_bytes(n: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; n];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|e| Error::os("cannot read /dev/urandom", e))?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_is_alive_and_a_wrong_start_time_is_not() {
+        let me = pid();
+        let st = start_time(me).expect("start time of self");
+        assert!(is_alive(me, st));
+        assert!(!is_alive(me, st + 1));
+        assert!(!is_alive(0, 0));
+    }
+
+    #[test]
+    fn free_bytes_of_tmp_is_positive() {
+        assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
+    }
+
+    #[test]
+    fn random_bytes_differ() {
+        assert_ne!(random_bytes(16).unwrap(), random_bytes(16).unwrap());
+    }
+}

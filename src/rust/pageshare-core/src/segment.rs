@@ -1,0 +1,325 @@
+//! One shared segment: exclusive creation (mode 0600), page reservation, filling,
+//! read-only mapping, and unlinking by its owner.
+//!
+//! # Why a mapping is only as safe as the file
+//! A segment is a file that other processes of the same user could in principle
+//! write or truncate. pageshare never writes a segment after it is marked ready and
+//! maps it read-only everywhere; the header is validated against the file size
+//! before any data is read. A process that truncates a segment under a reader can
+//! still make the reader fault: that is the same contract as any file-backed map.
+
+use crate::error::{Error, Result};
+use crate::header::{Header, Kind, HEADER_LEN, READY_OFFSET};
+use crate::os;
+use memmap2::{Mmap, MmapMut};
+use once_cell::sync::Lazy;
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Paths of segments this process created and has not unlinked yet; emptied at exit.
+static OWNED: Lazy<Mutex<HashSet<PathBuf>>> = Lazy::new(|| Mutex::new(HashSet::new()));
+
+/// Identity of this process as written into the headers it creates.
+pub fn self_identity() -> (u32, u64) {
+    let pid = os::pid();
+    (pid, os::start_time(pid).unwrap_or(0))
+}
+
+pub struct Segment {
+    name: String,
+    dir: PathBuf,
+    map: Mmap,
+    header: Header,
+    /// The pid that created this segment, if it was this process (or its parent
+    /// before a fork). Only that pid unlinks.
+    creator: Option<u32>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment").field("name", &self.name).field("header", &self.header).finish()
+    }
+}
+
+/// What to put in a new segment.
+pub struct Contents<'a> {
+    pub kind: Kind,
+    pub length: u64,
+    pub data_len: u64,
+    pub attributes: &'a [u8],
+}
+
+impl Segment {
+    /// Create, reserve and fill a new segment `dir/name`, then map it read-only.
+    /// `fill` receives the (zeroed) data area and must write all of it.
+    pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Segment> {
+        let (pid, start) = self_identity();
+        let mut header = Header::plan(
+            contents.kind,
+            contents.length,
+            contents.data_len,
+            contents.attributes.len() as u64,
+            pid,
+            start,
+        )?;
+        let free = os::free_bytes(dir)?;
+        if header.total_size > free {
+            return Err(Error::NoSpace { dir: dir.display().to_string(), needed: header.total_size, free });
+        }
+        let path = dir.join(name);
+        let file = match create_exclusive(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(already_exists(dir, name));
+            }
+            Err(e) => return Err(Error::os(format!("cannot create {}", path.display()), e)),
+        };
+        // From here on the file exists: remove it on every failure.
+        let guard = RemoveOnError(Some(path.clone()));
+        if let Err(e) = os::reserve(&file, header.total_size) {
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                let free = os::free_bytes(dir).unwrap_or(0);
+                return Err(Error::NoSpace { dir: dir.display().to_string(), needed: header.total_size, free });
+            }
+            return Err(Error::os(format!("cannot reserve {} bytes for {}", header.total_size, path.display()), e));
+        }
+        // SAFETY: the file was just created exclusively by us, has mode 0600 and its
+        // full length is reserved; no other process writes it.
+        let mut map =
+            unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::os("cannot map the new segment", e))?;
+        map[..HEADER_LEN].copy_from_slice(&header.encode());
+        let a0 = header.attr_offset as usize;
+        map[a0..a0 + contents.attributes.len()].copy_from_slice(contents.attributes);
+        let d0 = header.data_offset as usize;
+        fill(&mut map[d0..d0 + header.data_len as usize]);
+        // Mark ready last, so a reader never sees a half-written segment as complete.
+        map[READY_OFFSET..READY_OFFSET + 4].copy_from_slice(&1u32.to_le_bytes());
+        header.ready = true;
+        let map = map.make_read_only().map_err(|e| Error::os("cannot make the segment read-only", e))?;
+        guard.disarm();
+        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path);
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: Some(pid) })
+    }
+
+    /// Map an existing, complete segment read-only, validating its header first.
+    pub fn open(dir: &Path, name: &str) -> Result<Segment> {
+        crate::naming::validate(name)?;
+        let path = dir.join(name);
+        let file = File::open(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::Missing { name: name.into(), dir: dir.display().to_string() },
+            _ => Error::os(format!("cannot open shared segment {}", path.display()), e),
+        })?;
+        let size = file.metadata().map_err(|e| Error::os("cannot stat the segment", e))?.len();
+        if size < HEADER_LEN as u64 {
+            return Err(Error::Invalid { name: name.into(), why: format!("it is {size} bytes long, shorter than a header") });
+        }
+        // SAFETY: mapped read-only; the header is validated against the file size
+        // below before any data is read (see the module docs for the contract).
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::os("cannot map the segment", e))?;
+        let header = Header::parse(&map[..HEADER_LEN], map.len() as u64, name)?;
+        if !header.ready {
+            return Err(Error::Invalid { name: name.into(), why: "its owner has not finished writing it".into() });
+        }
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: None })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+    /// Does this process own (and therefore eventually unlink) the segment?
+    pub fn owned_here(&self) -> bool {
+        self.creator == Some(os::pid())
+    }
+    pub fn data(&self) -> &[u8] {
+        let d0 = self.header.data_offset as usize;
+        &self.map[d0..d0 + self.header.data_len as usize]
+    }
+    pub fn attributes(&self) -> &[u8] {
+        let a0 = self.header.attr_offset as usize;
+        &self.map[a0..a0 + self.header.attr_len as usize]
+    }
+    /// Size of the whole file (header, attributes, data).
+    pub fn total_size(&self) -> u64 {
+        self.header.total_size
+    }
+    /// Remove the name now (mappings stay valid until unmapped). Only the owner does.
+    pub fn unlink(&self) {
+        if self.owned_here() {
+            let path = self.dir.join(&self.name);
+            let _ = std::fs::remove_file(&path);
+            OWNED.lock().unwrap_or_else(|p| p.into_inner()).remove(&path);
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // Never panics: errors (already removed) are ignored.
+        self.unlink();
+    }
+}
+
+/// Unlink every segment this process still owns (at exit and on package unload),
+/// or only those in `dir`.
+pub fn unlink_all_owned(dir: Option<&Path>) -> usize {
+    let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
+    let doomed: Vec<PathBuf> =
+        owned.iter().filter(|p| dir.map_or(true, |d| p.parent() == Some(d))).cloned().collect();
+    for p in &doomed {
+        owned.remove(p);
+        let _ = std::fs::remove_file(p);
+    }
+    doomed.len()
+}
+
+fn create_exclusive(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(path)
+}
+
+/// The error for an existing name: for a named segment, say which process holds it.
+fn already_exists(dir: &Path, name: &str) -> Error {
+    if let Some((namespace, variable)) = crate::naming::parse_named(name) {
+        let holder_pid = read_owner(&dir.join(name)).map(|(p, _)| p).unwrap_or(0);
+        return Error::Taken { namespace, variable, holder_pid };
+    }
+    Error::Argument(format!("segment name {name} is already in use"))
+}
+
+/// Owner (pid, start time) from a segment's header prefix, if it has one.
+pub fn read_owner(path: &Path) -> Option<(u32, u64)> {
+    let mut buf = [0u8; HEADER_LEN];
+    File::open(path).ok()?.read_exact(&mut buf).ok()?;
+    Header::parse_owner(&buf)
+}
+
+struct RemoveOnError(Option<PathBuf>);
+impl RemoveOnError {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+impl Drop for RemoveOnError {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::naming;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn doubles(dir: &Path, name: &str, v: &[f64]) -> Result<Segment> {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Segment::create(
+            dir,
+            name,
+            Contents { kind: Kind::Double, length: v.len() as u64, data_len: bytes.len() as u64, attributes: b"attrs" },
+            |d| d.copy_from_slice(&bytes),
+        )
+    }
+
+    #[test]
+    fn create_open_read_unlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let s = doubles(dir.path(), &name, &[1.0, 2.5, -3.0]).unwrap();
+        let path = dir.path().join(&name);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let r = Segment::open(dir.path(), &name).unwrap();
+        assert_eq!(r.data(), s.data());
+        assert_eq!(r.attributes(), b"attrs");
+        assert_eq!(r.header().length, 3);
+        assert!(!r.owned_here());
+        drop(r); // a reader never unlinks
+        assert!(path.exists());
+        drop(s);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn missing_truncated_and_foreign_files_are_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Segment::open(dir.path(), "pageshare.a.1.ff").unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        std::fs::write(dir.path().join("pageshare.a.1.00"), b"short").unwrap();
+        let e = Segment::open(dir.path(), "pageshare.a.1.00").unwrap_err().to_string();
+        assert!(e.contains("shorter than a header"), "{e}");
+        std::fs::write(dir.path().join("pageshare.a.1.01"), vec![7u8; 4096]).unwrap();
+        let e = Segment::open(dir.path(), "pageshare.a.1.01").unwrap_err().to_string();
+        assert!(e.contains("magic"), "{e}");
+        // A valid segment cut short.
+        let name = naming::anonymous().unwrap();
+        let s = doubles(dir.path(), &name, &[1.0; 100]).unwrap();
+        let copy = dir.path().join("pageshare.a.1.02");
+        let bytes = std::fs::read(dir.path().join(&name)).unwrap();
+        std::fs::write(&copy, &bytes[..bytes.len() - 8]).unwrap();
+        let e = Segment::open(dir.path(), "pageshare.a.1.02").unwrap_err().to_string();
+        assert!(e.contains("truncated"), "{e}");
+        drop(s);
+    }
+
+    #[test]
+    fn named_segments_are_exclusive_and_name_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::named("ns", "x").unwrap();
+        let s = doubles(dir.path(), &name, &[1.0]).unwrap();
+        let e = doubles(dir.path(), &name, &[2.0]).unwrap_err().to_string();
+        assert!(e.contains(&format!("process {}", std::process::id())), "{e}");
+        assert!(e.contains("'x'") && e.contains("'ns'"), "{e}");
+        drop(s);
+        assert!(doubles(dir.path(), &name, &[2.0]).is_ok());
+    }
+
+    #[test]
+    fn zero_length_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let s = doubles(dir.path(), &name, &[]).unwrap();
+        let r = Segment::open(dir.path(), &name).unwrap();
+        assert_eq!(r.data().len(), 0);
+        drop((s, r));
+    }
+
+    #[test]
+    fn too_large_request_is_refused_before_reserving() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let n = 1u64 << 50; // 8 PiB of doubles
+        let e = Segment::create(
+            dir.path(),
+            &name,
+            Contents { kind: Kind::Double, length: n, data_len: n * 8, attributes: b"" },
+            |_| unreachable!(),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::NoSpace { .. }), "{e}");
+        assert!(e.to_string().contains("free"));
+        assert!(!dir.path().join(&name).exists());
+    }
+
+    #[test]
+    fn unlink_all_owned_removes_what_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let s = doubles(dir.path(), &name, &[1.0]).unwrap();
+        std::mem::forget(s); // as if the R object were never collected
+        assert!(dir.path().join(&name).exists());
+        assert_eq!(unlink_all_owned(Some(dir.path())), 1);
+        assert!(!dir.path().join(&name).exists());
+    }
+}

@@ -1,0 +1,228 @@
+//! The ALTREP classes of views (one per element type), registered with R's own
+//! ALTREP C API. Methods left unset fall back to R's defaults, which read through
+//! `Dataptr`. No method materializes a view for reading:
+//!
+//! - `Dataptr(x, writeable)`: the read-only mapping, unless R wants to write into
+//!   a view that is not shared; then the view gets a private copy (`data2`). Views
+//!   are created not-mutable, and R duplicates a shared object before writing into
+//!   it, so handing out the mapping for a writeable request on a shared view is safe
+//!   (R 4.2 asks for writeable pointers in many read-only operations).
+//! - `Duplicate`: a plain copy (counted); R copies the attributes.
+//! - `Serialized_state`: a handle inside `with_handles()`, otherwise `NULL`, which
+//!   makes R serialize the plain data (so `saveRDS()` files never depend on a segment).
+//! - `Unserialize`: maps the segment named by the handle in this process.
+
+use crate::boundary::guard;
+use crate::rapi::*;
+use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, view_of, View};
+use pageshare_core::handle::Handle;
+use pageshare_core::header::Kind;
+use pageshare_core::registry;
+use std::os::raw::{c_int, c_void};
+use std::path::Path;
+
+const KINDS: [Kind; 5] = [Kind::Double, Kind::Integer, Kind::Logical, Kind::Raw, Kind::Complex];
+static mut CLASSES: [Option<R_altrep_class_t>; 5] = [None; 5];
+
+fn slot(kind: Kind) -> usize {
+    KINDS.iter().position(|k| *k == kind).expect("a fixed-width kind")
+}
+
+pub fn class_for(kind: Kind) -> R_altrep_class_t {
+    // SAFETY: CLASSES is written once in `register`, at package load, before any view exists.
+    unsafe { (*std::ptr::addr_of!(CLASSES))[slot(kind)].expect("classes are registered at load") }
+}
+
+/// Is `x` (an ALTREP object) of one of our classes?
+///
+/// # Safety
+/// `x` must be a valid ALTREP SEXP.
+pub unsafe fn is_view_class(x: SEXP) -> bool {
+    // SAFETY: read-only access to CLASSES after load; R_altrep_inherits reads x's class.
+    unsafe {
+        (*std::ptr::addr_of!(CLASSES))
+            .iter()
+            .flatten()
+            .any(|c| R_altrep_inherits(x, *c) != Rboolean::FALSE)
+    }
+}
+
+/// The view behind an object R hands to one of our methods.
+unsafe fn this<'a>(x: SEXP) -> &'a View {
+    // SAFETY: R only calls our methods on objects of our classes.
+    unsafe { view_of(x).expect("an object of a pageshare class") }
+}
+
+// ---- altrep methods -------------------------------------------------------------
+
+unsafe extern "C" fn length(x: SEXP) -> R_xlen_t {
+    // SAFETY: x is one of our views.
+    unsafe { this(x).len as R_xlen_t }
+}
+
+unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
+    // SAFETY: x is one of our views; data2 is NULL or its private plain copy.
+    unsafe {
+        let view = this(x);
+        let d2 = R_altrep_data2(x);
+        if d2 != nil() {
+            return DATAPTR(d2);
+        }
+        if writeable == Rboolean::FALSE || maybe_shared(x) {
+            return view.data_ptr() as *mut c_void;
+        }
+        // R is about to write into a view only this binding holds: give it a private copy.
+        let copy = Rf_protect(plain_copy(x, view));
+        R_set_altrep_data2(x, copy);
+        Rf_unprotect(1);
+        DATAPTR(copy)
+    }
+}
+
+unsafe extern "C" fn dataptr_or_null(x: SEXP) -> *const c_void {
+    // SAFETY: x is one of our views.
+    unsafe { read_ptr(x, this(x)).cast::<c_void>() }
+}
+
+unsafe extern "C" fn duplicate(x: SEXP, _deep: Rboolean) -> SEXP {
+    // SAFETY: x is one of our views; R copies the attributes (DuplicateEX default).
+    unsafe { plain_copy(x, this(x)) }
+}
+
+unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
+    if !in_handle_scope() {
+        return std::ptr::null_mut(); // R writes the plain data
+    }
+    // SAFETY: x is one of our views; the raw vector is filled before it is returned.
+    unsafe {
+        let view = this(x);
+        let handle = Handle {
+            dir: view.seg.dir().to_string_lossy().into_owned(),
+            name: view.seg.name().to_string(),
+            kind: view.kind,
+            offset: view.offset,
+            length: view.len,
+        }
+        .encode();
+        let raw = Rf_allocVector(SEXPTYPE::RAWSXP, handle.len() as R_xlen_t);
+        std::ptr::copy_nonoverlapping(handle.as_ptr(), RAW(raw), handle.len());
+        raw
+    }
+}
+
+unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
+    guard(|| {
+        // SAFETY: state is the raw vector written by serialized_state (checked below).
+        let bytes = unsafe {
+            if TYPEOF(state) != SEXPTYPE::RAWSXP {
+                return Err("a pageshare handle must be a raw vector".to_string());
+            }
+            std::slice::from_raw_parts(RAW(state), XLENGTH(state) as usize).to_vec()
+        };
+        let h = Handle::decode(&bytes).map_err(|e| e.to_string())?;
+        let seg = registry::open(Path::new(&h.dir), &h.name).map_err(|e| {
+            format!("a pageshare view could not be mapped in process {}: {e}", std::process::id())
+        })?;
+        let hdr = seg.header();
+        if hdr.kind != h.kind || h.offset.checked_add(h.length).is_none_or(|end| end > hdr.length) {
+            return Err(format!("the handle of segment '{}' does not match its contents", h.name));
+        }
+        // SAFETY: the slice was checked to lie inside the segment.
+        Ok(unsafe { make_view(seg, h.kind, h.offset, h.length) })
+    })
+}
+
+unsafe extern "C" fn inspect(
+    x: SEXP,
+    _pre: c_int,
+    _deep: c_int,
+    _pvec: c_int,
+    _subtree: Option<unsafe extern "C" fn(SEXP, c_int, c_int, c_int)>,
+) -> Rboolean {
+    // SAFETY: x is one of our views; the string is NUL-terminated and passed via %s.
+    unsafe {
+        let v = this(x);
+        let line = format!(
+            " pageshare view of {} [{} {}, offset {}{}]\n\0",
+            v.seg.name(),
+            v.len,
+            v.kind.name(),
+            v.offset,
+            if R_altrep_data2(x) != nil() { ", private copy" } else { "" }
+        );
+        Rprintf(c"%s".as_ptr(), line.as_ptr().cast::<std::os::raw::c_char>());
+    }
+    Rboolean::TRUE
+}
+
+// ---- element access for the numeric classes ------------------------------------
+
+macro_rules! elt_methods {
+    ($elt:ident, $region:ident, $t:ty) => {
+        unsafe extern "C" fn $elt(x: SEXP, i: R_xlen_t) -> $t {
+            // SAFETY: R passes 0 <= i < length(x); the pointer covers length(x) elements.
+            unsafe { *read_ptr(x, this(x)).cast::<$t>().add(i as usize) }
+        }
+        unsafe extern "C" fn $region(x: SEXP, i: R_xlen_t, n: R_xlen_t, buf: *mut $t) -> R_xlen_t {
+            // SAFETY: copies min(n, length - i) elements into R's buffer of n elements.
+            unsafe {
+                let v = this(x);
+                let len = v.len as R_xlen_t;
+                if i < 0 || i >= len || n <= 0 {
+                    return 0;
+                }
+                let k = n.min(len - i);
+                std::ptr::copy_nonoverlapping(read_ptr(x, v).cast::<$t>().add(i as usize), buf, k as usize);
+                k
+            }
+        }
+    };
+}
+elt_methods!(real_elt, real_region, f64);
+elt_methods!(int_elt, int_region, c_int);
+
+// ---- registration ----------------------------------------------------------------
+
+/// Create the classes; called from `R_init_pageshare`.
+///
+/// # Safety
+/// Once, from the package's init routine, with R's DllInfo.
+pub unsafe fn register(dll: *mut DllInfo) {
+    let pkg = c"pageshare";
+    // SAFETY: R's class constructors and setters, called at load on the main thread.
+    unsafe {
+        for kind in KINDS {
+            let cls = match kind {
+                Kind::Double => R_make_altreal_class(c"pageshare_double".as_ptr(), pkg.as_ptr(), dll),
+                Kind::Integer => R_make_altinteger_class(c"pageshare_integer".as_ptr(), pkg.as_ptr(), dll),
+                Kind::Logical => R_make_altlogical_class(c"pageshare_logical".as_ptr(), pkg.as_ptr(), dll),
+                Kind::Raw => R_make_altraw_class(c"pageshare_raw".as_ptr(), pkg.as_ptr(), dll),
+                Kind::Complex => R_make_altcomplex_class(c"pageshare_complex".as_ptr(), pkg.as_ptr(), dll),
+                Kind::Character => unreachable!(),
+            };
+            R_set_altrep_Length_method(cls, Some(length));
+            R_set_altrep_Duplicate_method(cls, Some(duplicate));
+            R_set_altrep_Serialized_state_method(cls, Some(serialized_state));
+            R_set_altrep_Unserialize_method(cls, Some(unserialize));
+            R_set_altrep_Inspect_method(cls, Some(inspect));
+            R_set_altvec_Dataptr_method(cls, Some(dataptr));
+            R_set_altvec_Dataptr_or_null_method(cls, Some(dataptr_or_null));
+            match kind {
+                Kind::Double => {
+                    R_set_altreal_Elt_method(cls, Some(real_elt));
+                    R_set_altreal_Get_region_method(cls, Some(real_region));
+                }
+                Kind::Integer => {
+                    R_set_altinteger_Elt_method(cls, Some(int_elt));
+                    R_set_altinteger_Get_region_method(cls, Some(int_region));
+                }
+                Kind::Logical => {
+                    R_set_altlogical_Elt_method(cls, Some(int_elt));
+                    R_set_altlogical_Get_region_method(cls, Some(int_region));
+                }
+                _ => {} // raw and complex: R's defaults read through Dataptr
+            }
+            (*std::ptr::addr_of_mut!(CLASSES))[slot(kind)] = Some(cls);
+        }
+    }
+}

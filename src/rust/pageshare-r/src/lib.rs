@@ -1,0 +1,69 @@
+//! pageshare-r: the R side of pageshare. Views (ALTREP classes over shared
+//! segments), the identity cache, and the `.Call` entry points registered in
+//! [`R_init_pageshare_rust`], which `src/init.c` calls from `R_init_pageshare`.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![allow(clippy::missing_safety_doc)]
+
+pub mod altrep;
+pub mod boundary;
+pub mod cache;
+pub mod r_api;
+pub mod rapi;
+pub mod view;
+
+use rapi::*;
+use std::os::raw::c_int;
+
+macro_rules! call_entries {
+    ($($name:ident / $n:expr),* $(,)?) => {
+        [
+            $(R_CallMethodDef {
+                name: concat!(stringify!($name), "\0").as_ptr().cast(),
+                // SAFETY: R calls the routine with exactly $n SEXP arguments.
+                fun: Some(unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn() -> *mut std::os::raw::c_void>(r_api::$name as *const ()) }),
+                numArgs: $n,
+            },)*
+            R_CallMethodDef { name: std::ptr::null(), fun: None, numArgs: 0 },
+        ]
+    };
+}
+
+extern "C" fn unlink_at_exit() {
+    // Normal process exit: remove what this process still owns. (kill -9 is the
+    // sweep's job.) Only the creating pid unlinks, so forked children do nothing.
+    pageshare_core::segment::unlink_all_owned(None);
+}
+
+/// # Safety
+/// Called once by R (through `R_init_pageshare`) with the package's DllInfo.
+#[no_mangle]
+pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
+    let entries = call_entries![
+        ps_share / 3,
+        ps_is_view / 1,
+        ps_view_info / 1,
+        ps_scope / 1,
+        ps_sweep / 1,
+        ps_list_segments / 1,
+        ps_register / 6,
+        ps_retrieve / 3,
+        ps_set_attributes / 2,
+        ps_release / 3,
+        ps_held / 0,
+        ps_mapped / 0,
+        ps_release_all / 0,
+        ps_cache_size / 0,
+        ps_cache_evict / 1,
+        ps_free_bytes / 1,
+    ];
+    // R keeps the pointer: leak the table for the life of the process.
+    let table: &'static [R_CallMethodDef] = Box::leak(Box::new(entries));
+    // SAFETY: R's registration API, at load, on the main thread.
+    unsafe {
+        R_registerRoutines(dll, std::ptr::null(), table.as_ptr(), std::ptr::null(), std::ptr::null());
+        R_useDynamicSymbols(dll, Rboolean::FALSE);
+        altrep::register(dll);
+        libc::atexit(unlink_at_exit);
+    }
+    let _: c_int = 0;
+}

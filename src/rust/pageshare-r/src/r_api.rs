@@ -1,0 +1,369 @@
+//! The `.Call` entry points. Each is a thin shell: argument checks, then core
+//! calls, all inside [`guard`] so errors and panics become R errors.
+
+use crate::boundary::{guard, msg};
+use crate::cache;
+use crate::rapi::*;
+use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};
+use pageshare_core::header::Kind;
+use pageshare_core::segment::Contents;
+use pageshare_core::{naming, registry, segment, sweep};
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+// ---- small converters ---------------------------------------------------------
+
+unsafe fn string_arg(x: SEXP, what: &str) -> Result<String, String> {
+    // SAFETY: type and length are checked before the element is read.
+    unsafe {
+        if TYPEOF(x) != SEXPTYPE::STRSXP || XLENGTH(x) != 1 || STRING_ELT(x, 0) == R_NaString {
+            return Err(format!("`{what}` must be a single string"));
+        }
+        let c = CStr::from_ptr(Rf_translateCharUTF8(STRING_ELT(x, 0)));
+        Ok(c.to_string_lossy().into_owned())
+    }
+}
+
+unsafe fn dir_arg(x: SEXP) -> Result<PathBuf, String> {
+    // SAFETY: forwarded.
+    let d = unsafe { string_arg(x, "pageshare.dir")? };
+    if !d.starts_with('/') || !Path::new(&d).is_dir() {
+        return Err(format!("option `pageshare.dir` must name an existing directory by absolute path, not '{d}'"));
+    }
+    Ok(PathBuf::from(d))
+}
+
+unsafe fn mk_string(s: &str) -> SEXP {
+    // SAFETY: length-delimited, UTF-8 flagged.
+    unsafe { Rf_mkCharLenCE(s.as_ptr().cast(), s.len() as i32, cetype_t::CE_UTF8) }
+}
+
+unsafe fn strings(v: &[String]) -> SEXP {
+    // SAFETY: the vector is protected while its elements are created.
+    unsafe {
+        let out = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, v.len() as R_xlen_t));
+        for (i, s) in v.iter().enumerate() {
+            SET_STRING_ELT(out, i as R_xlen_t, mk_string(s));
+        }
+        Rf_unprotect(1);
+        out
+    }
+}
+
+unsafe fn raw_vec(b: &[u8]) -> SEXP {
+    // SAFETY: the new vector has b.len() bytes.
+    unsafe {
+        let out = Rf_allocVector(SEXPTYPE::RAWSXP, b.len() as R_xlen_t);
+        std::ptr::copy_nonoverlapping(b.as_ptr(), RAW(out), b.len());
+        out
+    }
+}
+
+/// Named list from (name, value) pairs; values must already be protected or fresh.
+unsafe fn named_list(items: &[(&str, SEXP)]) -> SEXP {
+    // SAFETY: both vectors are protected while filled; each value is stored
+    // immediately after it was created by the caller.
+    unsafe {
+        let out = Rf_protect(Rf_allocVector(SEXPTYPE::VECSXP, items.len() as R_xlen_t));
+        let names = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, items.len() as R_xlen_t));
+        for (i, (k, v)) in items.iter().enumerate() {
+            SET_VECTOR_ELT(out, i as R_xlen_t, *v);
+            SET_STRING_ELT(names, i as R_xlen_t, mk_string(k));
+        }
+        Rf_setAttrib(out, R_NamesSymbol, names);
+        Rf_unprotect(2);
+        out
+    }
+}
+
+/// Set attributes on a fresh view (before anyone else holds it): a pairlist as made
+/// by `as.pairlist(attributes(x))` in R.
+unsafe fn adopt_attributes(view: SEXP, attrs: SEXP) {
+    // SAFETY: the view is fresh and unreferenced; the pairlist was built by R from a
+    // valid object, so it is consistent with the view's length.
+    unsafe {
+        if attrs == nil() {
+            return;
+        }
+        SET_ATTRIB(view, attrs);
+        let mut p = attrs;
+        while p != nil() {
+            if TAG(p) == R_ClassSymbol {
+                SET_OBJECT(view, 1);
+            }
+            p = CDR(p);
+        }
+    }
+}
+
+/// Copy `x`'s data into a new segment `dir/name` and return a view of it.
+unsafe fn copy_into_segment(x: SEXP, dir: &Path, name: &str, attr_blob: &[u8], hold: bool) -> Result<SEXP, String> {
+    // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
+    unsafe {
+        let kind = kind_of(x)?;
+        let len = XLENGTH(x) as u64;
+        let bytes = (len * kind.elem_size()) as usize;
+        let src = if bytes > 0 { DATAPTR_RO(x).cast::<u8>() } else { std::ptr::null() };
+        let contents = Contents { kind, length: len, data_len: bytes as u64, attributes: attr_blob };
+        let seg = registry::create(dir, name, contents, |dst| {
+            if bytes > 0 {
+                parallel_copy(std::slice::from_raw_parts(src, bytes), dst)
+            }
+        })
+        .map_err(msg)?;
+        if hold {
+            registry::hold(seg.clone());
+        }
+        Ok(make_view(seg, kind, 0, len))
+    }
+}
+
+/// memcpy, split over two threads for large buffers (no R involved).
+fn parallel_copy(src: &[u8], dst: &mut [u8]) {
+    const SPLIT_ABOVE: usize = 64 << 20;
+    if src.len() < SPLIT_ABOVE {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let mid = src.len() / 2;
+    let (s1, s2) = src.split_at(mid);
+    let (d1, d2) = dst.split_at_mut(mid);
+    std::thread::scope(|s| {
+        s.spawn(|| d2.copy_from_slice(s2));
+        d1.copy_from_slice(s1);
+    });
+}
+
+// ---- entry points ---------------------------------------------------------------
+
+/// share(x): the view of x (itself if x is a view; the cached one if x was shared).
+#[no_mangle]
+pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        if view_of(x).is_some() {
+            return Ok(x);
+        }
+        if let Some(v) = cache::lookup(x) {
+            return Ok(v);
+        }
+        cache::evict_unused();
+        let dir = dir_arg(dir)?;
+        let name = naming::anonymous().map_err(msg)?;
+        let view = Rf_protect(copy_into_segment(x, &dir, &name, &[], false)?);
+        adopt_attributes(view, attrs);
+        // The cache's reference makes x MAYBE_SHARED while the caller holds it too,
+        // so an in-place write to x duplicates it first (see cache.rs).
+        cache::insert(x, view);
+        Rf_unprotect(1);
+        Ok(view)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ps_is_view(x: SEXP) -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarLogical(view_of(x).is_some() as i32)) })
+}
+
+/// shared_info(x): a list describing the view, or NULL.
+#[no_mangle]
+pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let Some(v) = view_of(x) else { return Ok(nil()) };
+        let h = v.seg.header();
+        let vals = [
+            Rf_protect(Rf_ScalarString(mk_string(v.seg.name()))),
+            Rf_protect(Rf_ScalarString(mk_string(&v.seg.dir().to_string_lossy()))),
+            Rf_protect(Rf_ScalarReal(v.bytes() as f64)),
+            Rf_protect(Rf_ScalarReal(v.seg.total_size() as f64)),
+            Rf_protect(Rf_ScalarInteger(h.owner_pid as i32)),
+            Rf_protect(Rf_ScalarLogical(v.seg.owned_here() as i32)),
+            Rf_protect(Rf_ScalarString(mk_string(v.kind.name()))),
+            Rf_protect(Rf_ScalarReal(v.offset as f64)),
+            Rf_protect(Rf_ScalarReal(v.len as f64)),
+            Rf_protect(Rf_ScalarReal(v.materializations.get() as f64)),
+            Rf_protect(Rf_ScalarLogical((R_altrep_data2(x) != nil()) as i32)),
+        ];
+        let out = named_list(&[
+            ("name", vals[0]),
+            ("dir", vals[1]),
+            ("bytes", vals[2]),
+            ("segment_bytes", vals[3]),
+            ("owner_pid", vals[4]),
+            ("owned_here", vals[5]),
+            ("type", vals[6]),
+            ("offset", vals[7]),
+            ("length", vals[8]),
+            ("materializations", vals[9]),
+            ("private_copy", vals[10]),
+        ]);
+        Rf_unprotect(vals.len() as i32);
+        Ok(out)
+    })
+}
+
+/// Open (+1) or close (-1) a handle scope; returns the new depth.
+#[no_mangle]
+pub extern "C" fn ps_scope(delta: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let d = Rf_asInteger(delta);
+        let depth = if d > 0 {
+            HANDLE_SCOPE.fetch_add(1, Ordering::Relaxed) + 1
+        } else if d < 0 {
+            let cur = HANDLE_SCOPE.load(Ordering::Relaxed);
+            let new = cur.saturating_sub(1);
+            HANDLE_SCOPE.store(new, Ordering::Relaxed);
+            new
+        } else {
+            HANDLE_SCOPE.load(Ordering::Relaxed)
+        };
+        Ok(Rf_ScalarInteger(depth as i32))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ps_sweep(dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let dir = dir_arg(dir)?;
+        let removed = sweep::sweep(&dir).map_err(|e| format!("cannot sweep {}: {e}", dir.display()))?;
+        Ok(strings(&removed))
+    })
+}
+
+/// Names of the pageshare segments present in `dir` (for diagnostics and tests).
+#[no_mangle]
+pub extern "C" fn ps_list_segments(dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let dir = dir_arg(dir)?;
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| naming::is_ours(n))
+            .collect();
+        names.sort();
+        Ok(strings(&names))
+    })
+}
+
+/// registerVariables: a named segment held by this process until released.
+#[no_mangle]
+pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: SEXP, dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let ns = string_arg(ns, "namespace")?;
+        let var = string_arg(var, "variable name")?;
+        let dir = dir_arg(dir)?;
+        let name = naming::named(&ns, &var).map_err(msg)?;
+        let blob: &[u8] = if TYPEOF(blob) == SEXPTYPE::RAWSXP {
+            std::slice::from_raw_parts(RAW(blob), XLENGTH(blob) as usize)
+        } else {
+            &[]
+        };
+        let view = Rf_protect(copy_into_segment(x, &dir, &name, blob, true).map_err(|e| format!("variable '{var}': {e}"))?);
+        adopt_attributes(view, attrs);
+        Rf_unprotect(1);
+        Ok(view)
+    })
+}
+
+/// A view of a named segment, bare, plus its attribute blob: list(view, blob).
+#[no_mangle]
+pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let ns_s = string_arg(ns, "namespace")?;
+        let var_s = string_arg(var, "variable name")?;
+        let dir = dir_arg(dir)?;
+        let name = naming::named(&ns_s, &var_s).map_err(msg)?;
+        let seg = registry::open(&dir, &name).map_err(|e| match e {
+            pageshare_core::Error::Missing { .. } => {
+                format!("variable '{var_s}' is not registered in namespace '{ns_s}'")
+            }
+            other => other.to_string(),
+        })?;
+        let h = seg.header().clone();
+        if h.kind == Kind::Character {
+            return Err("character segments are not supported by this version".into());
+        }
+        let blob = Rf_protect(raw_vec(seg.attributes()));
+        let view = Rf_protect(make_view(seg, h.kind, 0, h.length));
+        let out = named_list(&[("view", view), ("attributes", blob)]);
+        Rf_unprotect(2);
+        Ok(out)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
+    guard(|| unsafe {
+        if view_of(view).is_none() {
+            return Err("internal: ps_set_attributes needs a view".into());
+        }
+        adopt_attributes(view, attrs);
+        Ok(view)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ps_release(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let ns = string_arg(ns, "namespace")?;
+        let var = string_arg(var, "variable name")?;
+        let dir = dir_arg(dir)?;
+        let name = naming::named(&ns, &var).map_err(msg)?;
+        Ok(Rf_ScalarLogical(registry::release(&dir, &name) as i32))
+    })
+}
+
+/// Registered (namespace, variable) pairs held by this process: a 2-column character matrix as a list.
+#[no_mangle]
+pub extern "C" fn ps_held() -> SEXP {
+    guard(|| unsafe {
+        let pairs: Vec<(String, String)> = registry::held().iter().filter_map(|n| naming::parse_named(n)).collect();
+        let ns: Vec<String> = pairs.iter().map(|p| p.0.clone()).collect();
+        let var: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
+        let a = Rf_protect(strings(&ns));
+        let b = Rf_protect(strings(&var));
+        let out = named_list(&[("namespace", a), ("variable", b)]);
+        Rf_unprotect(2);
+        Ok(out)
+    })
+}
+
+/// Segments mapped in this process.
+#[no_mangle]
+pub extern "C" fn ps_mapped() -> SEXP {
+    guard(|| unsafe { Ok(strings(&registry::mapped())) })
+}
+
+/// Release everything this process holds or owns (package unload).
+#[no_mangle]
+pub extern "C" fn ps_release_all() -> SEXP {
+    guard(|| unsafe {
+        let n = cache::clear() + registry::release_all() + segment::unlink_all_owned(None);
+        Ok(Rf_ScalarInteger(n as i32))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn ps_cache_size() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarInteger(cache::len() as i32)) })
+}
+
+/// Evict cache entries whose source is no longer referenced (after each GC);
+/// with `all = TRUE`, forget every entry.
+#[no_mangle]
+pub extern "C" fn ps_cache_evict(all: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let n = if Rf_asInteger(all) == 1 { cache::clear() } else { cache::evict_unused() };
+        Ok(Rf_ScalarInteger(n as i32))
+    })
+}
+
+/// Free bytes in the segment directory.
+#[no_mangle]
+pub extern "C" fn ps_free_bytes(dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let dir = dir_arg(dir)?;
+        let free = pageshare_core::os::free_bytes(&dir).map_err(msg)?;
+        Ok(Rf_ScalarReal(free as f64))
+    })
+}

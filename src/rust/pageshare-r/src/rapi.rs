@@ -1,0 +1,35 @@
+//! R's C API: extendr-ffi's bindings plus the few entry points it lacks.
+//! Every call into R goes through this module's names.
+#![allow(non_snake_case)]
+
+pub use extendr_ffi::*;
+
+#[allow(improper_ctypes)] // SEXPREC is opaque: only pointers to it cross.
+extern "C" {
+    /// Reference count of an object (R >= 4.0 keeps one); > 1 means MAYBE_SHARED.
+    pub fn REFCNT(x: SEXP) -> std::os::raw::c_int;
+    pub fn ATTRIB(x: SEXP) -> SEXP;
+    pub fn OBJECT(x: SEXP) -> std::os::raw::c_int;
+    pub fn R_MakeWeakRefC(key: SEXP, val: SEXP, fin: R_CFinalizer_t, onexit: Rboolean) -> SEXP;
+    pub fn R_WeakRefKey(w: SEXP) -> SEXP;
+    pub fn R_WeakRefValue(w: SEXP) -> SEXP;
+    pub fn Rf_translateCharUTF8(x: SEXP) -> *const std::os::raw::c_char;
+    pub fn Rf_ScalarLogical(x: std::os::raw::c_int) -> SEXP;
+    pub fn Rf_ScalarReal(x: f64) -> SEXP;
+    pub fn Rf_ScalarString(x: SEXP) -> SEXP;
+    pub fn Rf_asInteger(x: SEXP) -> std::os::raw::c_int;
+}
+
+/// MAYBE_SHARED from Rinternals.h (a macro there).
+///
+/// # Safety
+/// `x` must be a valid SEXP.
+pub unsafe fn maybe_shared(x: SEXP) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { REFCNT(x) > 1 }
+}
+
+pub fn nil() -> SEXP {
+    // SAFETY: R_NilValue is initialised before any package code runs.
+    unsafe { R_NilValue }
+}
