@@ -26,7 +26,7 @@ arm_gc_hook <- function() {
   hook <- new.env(parent = emptyenv())
   reg.finalizer(hook, function(e) {
     if (is.loaded("ps_cache_evict", PACKAGE = "pageshare")) {
-      .Call(ps_cache_evict, FALSE)
+      .Call(ps_cache_evict, cache_limit())
       arm_gc_hook()
     }
   })

@@ -44,7 +44,7 @@ share <- function(x) {
 
 share_value <- function(x, where) {
   if (is_shareable_vector(x)) {
-    return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir()))
+    return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir(), cache_limit()))
   }
   if (typeof(x) == "list") {
     return(share_list(x, where))
@@ -164,3 +164,17 @@ sweep_shared <- function() invisible(.Call(ps_sweep, segment_dir()))
 shared_segments <- function(all = FALSE) {
   if (isTRUE(all)) .Call(ps_list_segments, segment_dir()) else .Call(ps_mapped)
 }
+
+#' Forget which objects were shared
+#'
+#' Empties the identity cache of [share()]: sharing an object again afterwards
+#' makes a new segment. Views that exist keep working; a segment is removed once
+#' no view of it is left. Useful after sharing many objects in code whose
+#' environments R cannot see die (see `pageshare.cache_limit` in
+#' [pageshare_options]).
+#' @return The number of entries dropped, invisibly.
+#' @examples
+#' v <- share(rnorm(100))
+#' forget_shared()
+#' @export
+forget_shared <- function() invisible(.Call(ps_cache_evict, 0))

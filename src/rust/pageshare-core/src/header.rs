@@ -26,6 +26,8 @@ pub const HEADER_LEN: usize = 128;
 /// Data starts on a 64-byte boundary: aligned for every R element type and for SIMD.
 pub const DATA_ALIGN: u64 = 64;
 pub const READY_OFFSET: usize = 28;
+/// Where the owner (pid u32, pad, start time u64) is written; rewritten on adoption.
+pub const OWNER_OFFSET: usize = 64;
 
 /// The vector types a segment can hold, numbered as R's SEXPTYPEs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

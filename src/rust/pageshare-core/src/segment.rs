@@ -9,7 +9,7 @@
 //! still make the reader fault: that is the same contract as any file-backed map.
 
 use crate::error::{Error, Result};
-use crate::header::{Header, Kind, HEADER_LEN, READY_OFFSET};
+use crate::header::{Header, Kind, HEADER_LEN, OWNER_OFFSET, READY_OFFSET};
 use crate::os;
 use memmap2::{Mmap, MmapMut};
 use once_cell::sync::Lazy;
@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Paths of segments this process created and has not unlinked yet; emptied at exit.
@@ -34,9 +35,10 @@ pub struct Segment {
     dir: PathBuf,
     map: Mmap,
     header: Header,
-    /// The pid that created this segment, if it was this process (or its parent
-    /// before a fork). Only that pid unlinks.
-    creator: Option<u32>,
+    /// The pid responsible for unlinking (0: none in this process). Set at creation
+    /// or by [`Segment::adopt`]; after a fork the child's pid differs, so a child
+    /// never unlinks its parent's segments.
+    creator: AtomicU32,
 }
 
 impl std::fmt::Debug for Segment {
@@ -102,7 +104,7 @@ impl Segment {
         let map = map.make_read_only().map_err(|e| Error::os("cannot make the segment read-only", e))?;
         guard.disarm();
         OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path);
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: Some(pid) })
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(pid) })
     }
 
     /// Map an existing, complete segment read-only, validating its header first.
@@ -124,7 +126,7 @@ impl Segment {
         if !header.ready {
             return Err(Error::Invalid { name: name.into(), why: "its owner has not finished writing it".into() });
         }
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: None })
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(0) })
     }
 
     pub fn name(&self) -> &str {
@@ -138,7 +140,40 @@ impl Segment {
     }
     /// Does this process own (and therefore eventually unlink) the segment?
     pub fn owned_here(&self) -> bool {
-        self.creator == Some(os::pid())
+        self.creator.load(Ordering::Relaxed) == os::pid()
+    }
+
+    /// Give up responsibility for unlinking (a worker about to hand a result to its
+    /// master). The header still names this process, so if nobody adopts the
+    /// segment the sweep reclaims it once this process is gone.
+    pub fn disown(&self) {
+        if self.owned_here() {
+            self.creator.store(0, Ordering::Relaxed);
+            OWNED.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.dir.join(&self.name));
+        }
+    }
+
+    /// Take responsibility for unlinking: this process becomes the owner in the
+    /// header (so the sweep judges it by this process's life) and unlinks the
+    /// segment when done with it.
+    pub fn adopt(&self) -> Result<()> {
+        if self.owned_here() {
+            return Ok(());
+        }
+        let path = self.dir.join(&self.name);
+        let (pid, start) = self_identity();
+        let mut owner = [0u8; 16];
+        owner[0..4].copy_from_slice(&pid.to_le_bytes());
+        owner[8..16].copy_from_slice(&start.to_le_bytes());
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::os(format!("cannot adopt segment {}", path.display()), e))?;
+        std::os::unix::fs::FileExt::write_all_at(&file, &owner, OWNER_OFFSET as u64)
+            .map_err(|e| Error::os(format!("cannot adopt segment {}", path.display()), e))?;
+        self.creator.store(pid, Ordering::Relaxed);
+        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path);
+        Ok(())
     }
     pub fn data(&self) -> &[u8] {
         let d0 = self.header.data_offset as usize;
@@ -283,6 +318,24 @@ mod tests {
         assert!(e.contains("'x'") && e.contains("'ns'"), "{e}");
         drop(s);
         assert!(doubles(dir.path(), &name, &[2.0]).is_ok());
+    }
+
+    #[test]
+    fn disown_then_adopt_moves_the_duty_to_unlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let s = doubles(dir.path(), &name, &[4.0]).unwrap();
+        s.disown();
+        drop(s); // disowned: stays
+        let path = dir.path().join(&name);
+        assert!(path.exists());
+        let r = Segment::open(dir.path(), &name).unwrap();
+        assert!(!r.owned_here());
+        r.adopt().unwrap();
+        assert!(r.owned_here());
+        assert_eq!(read_owner(&path).unwrap().0, std::process::id());
+        drop(r);
+        assert!(!path.exists());
     }
 
     #[test]

@@ -39,7 +39,7 @@ extern "C" fn unlink_at_exit() {
 #[no_mangle]
 pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
     let entries = call_entries![
-        ps_share / 3,
+        ps_share / 4,
         ps_is_view / 1,
         ps_view_info / 1,
         ps_scope / 1,
@@ -54,6 +54,8 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_release_all / 0,
         ps_cache_size / 0,
         ps_cache_evict / 1,
+        ps_disown / 1,
+        ps_adopt / 1,
         ps_free_bytes / 1,
     ];
     // R keeps the pointer: leak the table for the life of the process.

@@ -139,7 +139,7 @@ fn parallel_copy(src: &[u8], dst: &mut [u8]) {
 
 /// share(x): the view of x (itself if x is a view; the cached one if x was shared).
 #[no_mangle]
-pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP) -> SEXP {
+pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -> SEXP {
     guard(|| unsafe {
         if view_of(x).is_some() {
             return Ok(x);
@@ -147,14 +147,16 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP) -> SEXP {
         if let Some(v) = cache::lookup(x) {
             return Ok(v);
         }
-        cache::evict_unused();
+        let limit = Rf_asReal(cache_limit);
+        let limit = if limit.is_finite() && limit >= 0.0 { limit as u64 } else { u64::MAX };
+        cache::evict_unused(limit);
         let dir = dir_arg(dir)?;
         let name = naming::anonymous().map_err(msg)?;
         let view = Rf_protect(copy_into_segment(x, &dir, &name, &[], false)?);
         adopt_attributes(view, attrs);
         // The cache's reference makes x MAYBE_SHARED while the caller holds it too,
         // so an in-place write to x duplicates it first (see cache.rs).
-        cache::insert(x, view);
+        cache::insert(x, view, view_of(view).map_or(0, |v| v.bytes() as u64));
         Rf_unprotect(1);
         Ok(view)
     })
@@ -348,12 +350,13 @@ pub extern "C" fn ps_cache_size() -> SEXP {
     guard(|| unsafe { Ok(Rf_ScalarInteger(cache::len() as i32)) })
 }
 
-/// Evict cache entries whose source is no longer referenced (after each GC);
-/// with `all = TRUE`, forget every entry.
+/// Evict cache entries whose source is no longer referenced or that exceed
+/// `limit` bytes (after each GC); with `limit = 0`, forget every entry.
 #[no_mangle]
-pub extern "C" fn ps_cache_evict(all: SEXP) -> SEXP {
+pub extern "C" fn ps_cache_evict(limit: SEXP) -> SEXP {
     guard(|| unsafe {
-        let n = if Rf_asInteger(all) == 1 { cache::clear() } else { cache::evict_unused() };
+        let l = Rf_asReal(limit);
+        let n = if l <= 0.0 { cache::clear() } else { cache::evict_unused(if l.is_finite() { l as u64 } else { u64::MAX }) };
         Ok(Rf_ScalarInteger(n as i32))
     })
 }
@@ -365,5 +368,25 @@ pub extern "C" fn ps_free_bytes(dir: SEXP) -> SEXP {
         let dir = dir_arg(dir)?;
         let free = pageshare_core::os::free_bytes(&dir).map_err(msg)?;
         Ok(Rf_ScalarReal(free as f64))
+    })
+}
+
+/// A worker handing a view to its master: stop being the one that unlinks it.
+#[no_mangle]
+pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let v = view_of(x).ok_or("`x` is not a pageshare view")?;
+        v.seg.disown();
+        Ok(x)
+    })
+}
+
+/// A master receiving a view from a worker: become the one that unlinks it.
+#[no_mangle]
+pub extern "C" fn ps_adopt(x: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let v = view_of(x).ok_or("`x` is not a pageshare view")?;
+        v.seg.adopt().map_err(msg)?;
+        Ok(x)
     })
 }

@@ -18,6 +18,7 @@ extern "C" {
     pub fn Rf_ScalarReal(x: f64) -> SEXP;
     pub fn Rf_ScalarString(x: SEXP) -> SEXP;
     pub fn Rf_asInteger(x: SEXP) -> std::os::raw::c_int;
+    pub fn Rf_asReal(x: SEXP) -> f64;
 }
 
 /// MAYBE_SHARED from Rinternals.h (a macro there).

@@ -1,0 +1,3 @@
+library(testthat)
+library(pageshare)
+test_check("pageshare")

@@ -1,0 +1,52 @@
+# Helpers shared by the tests.
+
+# Segments in the segment directory that this R process created (anonymous names
+# carry the owner's pid).
+own_segments <- function() {
+  grep(sprintf("^pageshare\\.a\\.%d\\.", Sys.getpid()), shared_segments(all = TRUE), value = TRUE)
+}
+
+# Private memory of a process (kB): pages only it maps, from smaps_rollup.
+private_kb <- function(pid) {
+  f <- readLines(sprintf("/proc/%d/smaps_rollup", pid))
+  get <- function(key) {
+    as.numeric(sub("^[^:]+:\\s+(\\d+) kB$", "\\1", grep(paste0("^", key, ":"), f, value = TRUE)))
+  }
+  get("Private_Clean") + get("Private_Dirty")
+}
+
+# A PSOCK cluster with pageshare loaded, stopped when the calling test ends.
+local_cluster <- function(n = 1L, env = parent.frame()) {
+  cl <- parallel::makePSOCKcluster(n)
+  withr_stop <- function() parallel::stopCluster(cl)
+  do.call(base::on.exit, list(substitute(f(), list(f = withr_stop)), add = TRUE), envir = env)
+  parallel::clusterEvalQ(cl, library(pageshare))
+  cl
+}
+
+# Wait until `path` has at least n lines.
+wait_for_lines <- function(path, n = 1L, timeout = 60) {
+  t0 <- Sys.time()
+  while (difftime(Sys.time(), t0, units = "secs") < timeout) {
+    if (file.exists(path)) {
+      l <- readLines(path, warn = FALSE)
+      if (length(l) >= n) return(l)
+    }
+    Sys.sleep(0.05)
+  }
+  stop("timed out waiting for ", path)
+}
+
+# An R process in the background that shares `n` vectors, writes the segment
+# names to a file, then sleeps until killed. Returns list(proc, names).
+background_owner <- function(n = 2L) {
+  out <- tempfile()
+  proc <- callr::r_bg(function(out, n) {
+    library(pageshare)
+    keep <- lapply(seq_len(n), function(i) share(as.double(seq_len(1000) + i)))
+    writeLines(vapply(keep, function(v) shared_info(v)$name, ""), out)
+    Sys.sleep(600)
+  }, args = list(out = out, n = n), supervise = TRUE)
+  names <- wait_for_lines(out, n)
+  list(proc = proc, names = names)
+}

@@ -1,0 +1,72 @@
+test_that("kill -9 of an owner: the sweep reclaims its segments, live owners keep theirs", {
+  dead <- background_owner(2L)
+  live <- background_owner(1L)
+  on.exit({ dead$proc$kill(); live$proc$kill() }, add = TRUE)
+  present <- shared_segments(all = TRUE)
+  expect_true(all(c(dead$names, live$names) %in% present))
+  tools::pskill(dead$proc$get_pid(), tools::SIGKILL)
+  dead$proc$wait(5000)
+  expect_false(dead$proc$is_alive())
+  expect_true(all(dead$names %in% shared_segments(all = TRUE)))   # leaked until swept
+  removed <- sweep_shared()
+  expect_true(all(dead$names %in% removed))
+  expect_false(any(dead$names %in% shared_segments(all = TRUE)))
+  expect_true(all(live$names %in% shared_segments(all = TRUE)))
+  # a fresh load of the package in another process sweeps too
+  again <- background_owner(1L)
+  tools::pskill(again$proc$get_pid(), tools::SIGKILL)
+  again$proc$wait(5000)
+  callr::r(function() { library(pageshare); invisible() })
+  expect_false(any(again$names %in% shared_segments(all = TRUE)))
+  expect_true(all(live$names %in% shared_segments(all = TRUE)))
+  live$proc$kill()
+  live$proc$wait(5000)
+  sweep_shared()
+  expect_false(any(live$names %in% shared_segments(all = TRUE)))
+})
+
+test_that("a normal exit unlinks the segments the process owned", {
+  names <- callr::r(function() {
+    library(pageshare)
+    keep <- list(share(as.double(1:100)), share(1:100))
+    registerVariables("exit_test", list(a = 1:3))
+    vapply(keep, function(v) shared_info(v)$name, "")
+  })
+  present <- shared_segments(all = TRUE)
+  expect_false(any(names %in% present))
+  expect_false(any(grepl("exit_test", present, fixed = TRUE)))
+})
+
+test_that("a forked child never unlinks its parent's segments", {
+  skip_on_os("windows")
+  v <- share(as.double(1:1000))
+  name <- shared_info(v)$name
+  res <- parallel::mclapply(1:2, function(i) { x <- sum(v); rm(v); gc(); x }, mc.cores = 2)
+  expect_identical(res[[1]], sum(as.double(1:1000)))
+  expect_true(name %in% shared_segments(all = TRUE))
+})
+
+test_that("a full segment directory is an R error, never a crash", {
+  skip_if_not(Sys.info()[["sysname"]] == "Linux")
+  dir <- tempfile("pageshare-small-")
+  dir.create(dir)
+  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  mounted <- suppressWarnings(system2("mount", c("-t", "tmpfs", "-o", "size=8m", "tmpfs", dir),
+                                      stdout = FALSE, stderr = FALSE)) == 0
+  skip_if_not(mounted, "cannot mount a small tmpfs here (needs root)")
+  on.exit({ rm(list = intersect("small", ls())); invisible(gc()); system2("umount", dir) }, add = TRUE, after = FALSE)
+  old <- options(pageshare.dir = dir)
+  on.exit(options(old), add = TRUE, after = FALSE)
+  small <- share(as.double(1:1000))                      # fits
+  expect_true(is_shared(small))
+  err <- tryCatch(share(as.double(seq_len(2e6))), error = function(e) e)   # 16 MB
+  expect_s3_class(err, "error")
+  expect_match(conditionMessage(err), "not enough shared memory")
+  expect_match(conditionMessage(err), "15.3 MB")
+  expect_match(conditionMessage(err), "free")
+  expect_identical(sum(small), sum(as.double(1:1000)))   # R keeps running
+  expect_error(registerVariables("full", list(big = as.double(seq_len(2e6)))), "not enough shared memory")
+  expect_length(setdiff(list.files(dir), shared_info(small)$name), 0L)   # nothing half-made left
+  rm(small)
+  invisible(gc())
+})

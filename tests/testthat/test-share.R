@@ -1,0 +1,154 @@
+test_that("every supported type round-trips with its attributes", {
+  objs <- list(
+    dbl = c(a = 1.5, b = NA, c = -Inf, d = NaN),
+    int = c(1L, NA, .Machine$integer.max),
+    lgl = c(TRUE, NA, FALSE),
+    raw = as.raw(c(0, 1, 255)),
+    cplx = complex(real = c(1, NA), imaginary = c(-1, 2)),
+    mat = matrix(as.double(1:6), 2, dimnames = list(c("r1", "r2"), c("x", "y", "z"))),
+    imat = matrix(1:6, 3),
+    fac = factor(c("lo", "hi", "lo"), levels = c("lo", "hi")),
+    date = as.Date("2024-01-01") + 0:3,
+    posix = as.POSIXct("2024-01-01 12:00:00", tz = "UTC") + 1:3,
+    diff = as.difftime(c(1, 2), units = "hours"),
+    arr = array(as.double(1:24), c(2, 3, 4)),
+    empty_dbl = double(), empty_int = integer(), empty_lgl = logical(), empty_raw = raw(),
+    cls = structure(1:3, class = "myclass", extra = list(1, "a"))
+  )
+  for (nm in names(objs)) {
+    v <- share(objs[[nm]])
+    expect_true(is_shared(v), info = nm)
+    expect_identical(v, objs[[nm]], info = nm)
+    expect_identical(unserialize(with_handles(serialize(v, NULL))), objs[[nm]], info = nm)
+    expect_identical(unserialize(serialize(v, NULL)), objs[[nm]], info = nm)
+  }
+})
+
+test_that("shared_info describes a view and NULL otherwise", {
+  v <- share(as.double(1:1000))
+  info <- shared_info(v)
+  expect_identical(info$owner_pid, Sys.getpid())
+  expect_equal(info$bytes, 8000)
+  expect_true(info$owned_here)
+  expect_match(info$name, sprintf("^pageshare\\.a\\.%d\\.[0-9a-f]{32}$", Sys.getpid()))
+  expect_true(info$name %in% shared_segments())
+  mode <- file.info(file.path(info$dir, info$name))$mode
+  expect_identical(format(mode), "600")
+  expect_null(shared_info(1:3))
+  expect_false(is_shared(1:3))
+})
+
+test_that("sharing the same object twice maps to the same segment", {
+  x <- rnorm(1e4)
+  v1 <- share(x)
+  v2 <- share(x)
+  expect_identical(shared_info(v1)$name, shared_info(v2)$name)
+  expect_identical(share(v1), v1)   # a view shares as itself
+  y <- x
+  y[1] <- 0                       # the source is not written in place
+  expect_identical(v1[1], x[1])
+  expect_false(identical(shared_info(share(y))$name, shared_info(v1)$name))
+})
+
+test_that("a view serializes as a small handle only inside with_handles", {
+  v <- share(as.double(seq_len(1e6)))
+  expect_gt(length(serialize(v, NULL)), 8e6)
+  h <- with_handles(serialize(v, NULL))
+  expect_lt(length(h), 500)
+  expect_true(is_shared(unserialize(h)))
+  expect_false(is_shared(unserialize(serialize(v, NULL))))
+  # the scope closes even on error
+  expect_error(with_handles(stop("boom")), "boom")
+  expect_gt(length(serialize(v, NULL)), 8e6)
+})
+
+test_that("saveRDS of a view stores the data, readable after the segment is gone", {
+  f <- tempfile(fileext = ".rds")
+  on.exit(unlink(f))
+  name <- callr::r(function(f) {
+    library(pageshare)
+    v <- share(matrix(as.double(1:20), 4))
+    saveRDS(v, f)
+    shared_info(v)$name
+  }, args = list(f = f))
+  expect_false(name %in% shared_segments(all = TRUE))
+  expect_identical(readRDS(f), matrix(as.double(1:20), 4))
+})
+
+test_that("a write gives the writer a private copy and leaves the segment as it was", {
+  x <- as.double(1:100)
+  v <- share(x)
+  w <- v
+  w[5] <- -1
+  expect_identical(w[5], -1)
+  expect_identical(v[5], 5)
+  f <- function(z) { z[1] <- 99; z }
+  expect_identical(f(v)[1], 99)
+  expect_identical(v, x)
+  names(w) <- paste0("n", 1:100)
+  expect_null(names(v))
+  # a fresh process that maps the segment sees the original bytes
+  h <- with_handles(serialize(v, NULL))
+  expect_identical(callr::r(function(h) { library(pageshare); unserialize(h) }, args = list(h = h)), x)
+})
+
+test_that("unsupported input gives an error naming the element and the reason", {
+  expect_error(share(new.env()), "`x`: it is an environment", class = "pageshare_error")
+  expect_error(share(sum), "it is a function", class = "pageshare_error")
+  expect_error(share(list(a = 1, b = list(c = new.env()))), "x\\[\\[\"b\"\\]\\]\\[\\[\"c\"\\]\\]")
+  ptr <- getNativeSymbolInfo("ps_share", "pageshare")$address
+  expect_error(share(list(1, ptr)), "x\\[\\[2\\]\\]: it is an external pointer")
+  expect_error(share(letters), "character vectors are not shared yet")
+})
+
+test_that("lists and data frames are shared leaf by leaf", {
+  df <- data.frame(a = as.double(1:5), b = letters[1:5], f = factor(c(1, 2, 1, 2, 1)))
+  s <- share(df)
+  expect_identical(s, df)
+  expect_true(is_shared(s$a))
+  expect_true(is_shared(s$f))
+  expect_false(is_shared(s$b))
+  l <- list(m = matrix(1:4, 2), inner = list(x = 1:3, y = NULL))
+  sl <- share(l)
+  expect_identical(sl, l)
+  expect_true(is_shared(sl$inner$x))
+})
+
+test_that("a bad pageshare.dir is a clear error", {
+  old <- options(pageshare.dir = "/nonexistent/dir")
+  on.exit(options(old))
+  expect_error(share(1:3), "pageshare.dir", class = "pageshare_error")
+})
+
+test_that("releasing the view and its source unlinks the segment", {
+  make <- function() {
+    x <- rnorm(5000)            # an ordinary vector, referenced only here
+    v <- share(x)
+    shared_info(v)$name
+  }
+  name <- make()
+  invisible(gc()); invisible(gc())
+  expect_false(name %in% shared_segments(all = TRUE))
+})
+
+test_that("the identity cache drops sources nobody references and honours its cap", {
+  forget_shared()
+  # In a plain R session (test_that's own evaluation keeps extra references).
+  gone <- callr::r(function() {
+    library(pageshare)
+    x <- rnorm(1e4)
+    v <- share(x)
+    name <- shared_info(v)$name
+    rm(x, v)                              # nothing references the source any more
+    invisible(gc()); invisible(gc())
+    !(name %in% shared_segments(all = TRUE))
+  })
+  expect_true(gone)
+  old <- options(pageshare.cache_limit = 1)   # bytes: only the newest entry stays
+  on.exit(options(old))
+  a <- rnorm(1e4); b <- rnorm(1e4)
+  va <- share(a); vb <- share(b)
+  expect_identical(shared_info(share(b))$name, shared_info(vb)$name)
+  expect_identical(va, a)                 # an evicted entry's view stays valid
+  expect_gte(forget_shared(), 0)
+})

@@ -1,0 +1,11 @@
+# Run the testthat suite and print a final "R: N passed, N failed, N skipped"
+# line (counting test_that() blocks). Exits non-zero on any failure.
+suppressPackageStartupMessages({ library(testthat); library(pageshare) })
+results <- test_dir("tests/testthat", reporter = ProgressReporter$new(show_praise = FALSE),
+                    stop_on_failure = FALSE, stop_on_warning = FALSE)
+df <- as.data.frame(results)
+failed <- df$failed > 0 | df$error
+skipped <- !failed & df$skipped
+passed <- !failed & !skipped
+cat(sprintf("R: %d passed, %d failed, %d skipped\n", sum(passed), sum(failed), sum(skipped)))
+quit(status = if (any(failed)) 1 else 0)

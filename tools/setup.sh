@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One-command set-up on Debian 12: installs R and the R packages pageshare uses
+# (Debian's r-cran-* packages), builds and installs pageshare, then runs a short
+# demo. Run as root (or with sudo). Pass --no-demo to skip the demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+packages=(r-base-dev r-cran-testthat r-cran-callr r-cran-ps r-cran-future r-cran-future.apply
+          r-cran-furrr r-cran-foreach r-cran-doparallel r-cran-iterators r-cran-progressr
+          r-cran-bench r-cran-data.table r-cran-tibble r-cran-runit r-cran-roxygen2)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "pageshare needs a Rust toolchain (cargo, rustc >= 1.82) on PATH; install it with rustup." >&2
+  exit 1
+fi
+
+echo "== building and installing pageshare"
+R CMD INSTALL --no-multiarch . >/tmp/pageshare-install.log 2>&1 || { cat /tmp/pageshare-install.log; exit 1; }
+echo "   installed $(Rscript -e 'cat(format(packageVersion("pageshare")))')"
+
+if [ "${1:-}" != "--no-demo" ]; then
+  echo "== demo"
+  Rscript inst/examples/demo.R
+fi
