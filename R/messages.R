@@ -3,7 +3,7 @@
 # every error carries the class "pageshare_error".
 
 pageshare_messages <- list(
-  share_type = "cannot share %s: %s. pageshare shares logical, integer, double, complex and raw vectors (with any attributes), and lists of them",
+  share_type = "cannot share %s: %s. pageshare shares logical, integer, double, complex, raw and character vectors (with any attributes), and lists of them",
   not_string = "`%s` must be a single non-empty string",
   not_character = "`%s` must be a character vector of variable names",
   not_named_list = "`variableList` must be a named list of vectors, e.g. list(X = X)",

@@ -14,9 +14,13 @@
 #' the process exits; segments of processes that were killed are reclaimed by
 #' [sweep_shared()] and at the next load of the package.
 #'
-#' Lists (including data frames) are shared element by element: each
-#' shareable vector in them becomes a view, other elements (character vectors,
-#' `NULL`, functions of a formula, ...) are kept as they are. An environment,
+#' Character vectors are stored packed (offsets, bytes, encodings); their view
+#' makes an R string only for the elements that are touched, so `x[i]` or
+#' `nchar(x[i])` on a view of millions of strings stays cheap.
+#'
+#' Lists (including data frames, tibbles and data.tables) are shared element by
+#' element: each vector in them becomes a view, other elements (`NULL`,
+#' formulas, ...) are kept as they are. An environment,
 #' a function or an external pointer cannot be shared and gives an error that
 #' names the element.
 #'
@@ -24,8 +28,8 @@
 #' An unsupported type; a full segment directory (the error names the size
 #' needed and the space free; R keeps running); an invalid `pageshare.dir`.
 #'
-#' @param x A logical, integer, double, complex or raw vector (any attributes:
-#'   matrices, factors, dates...), or a list of such vectors.
+#' @param x A logical, integer, double, complex, raw or character vector (any
+#'   attributes: matrices, factors, dates...), or a list of such vectors.
 #' @return A view of `x` (or a list of views).
 #' @seealso [is_shared()], [shared_info()], [with_handles()], [pageshare_options]
 #' @examples
@@ -73,12 +77,12 @@ share_list <- function(x, where) {
 }
 
 is_shareable_vector <- function(x) {
-  typeof(x) %in% c("logical", "integer", "double", "complex", "raw") && !isS4(x)
+  typeof(x) %in% c("logical", "integer", "double", "complex", "raw", "character") && !isS4(x)
 }
 
 # Values that are not shared but may travel inside a shared list as they are.
 is_plain_data <- function(x) {
-  is.null(x) || is.character(x) || is.symbol(x) || is.language(x)
+  is.null(x) || is.symbol(x) || is.language(x)
 }
 
 describe_type <- function(x) {
@@ -86,7 +90,6 @@ describe_type <- function(x) {
     environment = "it is an environment, which has no fixed size and cannot be read by another process",
     closure = , builtin = , special = "it is a function; pass the data it uses instead",
     externalptr = "it is an external pointer, which is only valid inside the process that made it",
-    character = "character vectors are not shared yet (they travel by plain serialization)",
     S4 = "it is an S4 object",
     sprintf("it is of type %s", typeof(x)))
 }

@@ -50,3 +50,19 @@ background_owner <- function(n = 2L) {
   names <- wait_for_lines(out, n)
   list(proc = proc, names = names)
 }
+
+# Run every op on a view and on the plain object: identical results, and the
+# shared pages unchanged afterwards.
+check_ops <- function(plain, ops, label) {
+  v <- share(plain)
+  pristine <- unserialize(serialize(plain, NULL))
+  for (i in seq_along(ops)) {
+    expect_identical(ops[[i]](v), ops[[i]](plain), info = sprintf("%s op %d: %s", label, i, deparse(body(ops[[i]]))[1]))
+  }
+  expect_identical(v, pristine)
+  # the shared pages themselves are unchanged: a fresh mapping reads the original
+  fresh <- unserialize(with_handles(serialize(v, NULL)))
+  expect_identical(fresh, pristine)
+  v
+}
+

@@ -33,7 +33,7 @@ test_that("memshare API errors are R errors that say what to do", {
   expect_error(registerVariables(ns, list(a = 1:3)), sprintf("already registered by process %d", Sys.getpid()))
   expect_error(registerVariables(ns, list(1:3)), "named list", class = "pageshare_error")
   expect_error(registerVariables(ns, list(e = new.env())), "variableList\\$e: it is an environment")
-  expect_error(registerVariables(ns, list(s = letters)), "character vectors are not shared yet")
+  expect_error(registerVariables(ns, list(s = list(1))), "variableList\\$s: it is of type list")
   expect_error(registerVariables("", list(a = 1)), "`namespace` must be a single non-empty string")
   expect_error(releaseVariables(ns, "zzz"), "variable 'zzz' not registered")
   expect_error(releaseViews(ns, "a"), "no view of 'a'")

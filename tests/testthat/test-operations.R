@@ -49,19 +49,6 @@ matrix_ops <- list(
   function(X) split(X, col(X)), function(X) asplit(X, 2), function(X) dimnames(X), function(X) X[, "b"]
 )
 
-check_ops <- function(plain, ops, label) {
-  v <- share(plain)
-  pristine <- unserialize(serialize(plain, NULL))
-  for (i in seq_along(ops)) {
-    expect_identical(ops[[i]](v), ops[[i]](plain), info = sprintf("%s op %d: %s", label, i, deparse(body(ops[[i]]))[1]))
-  }
-  expect_identical(v, pristine)
-  # the shared pages themselves are unchanged: a fresh mapping reads the original
-  fresh <- unserialize(with_handles(serialize(v, NULL)))
-  expect_identical(fresh, pristine)
-  v
-}
-
 test_that("at least 100 operations give identical results on views and copies", {
   expect_gte(length(ops) + length(matrix_ops), 100)
   check_ops(c(as.double(c(5, 1, 9, 3, 7, 2, 8, 4, 6, 10)), -2.5, 0), ops, "double")

@@ -13,6 +13,7 @@
 //! - [`registry`]: this process's mappings and owned segments.
 //! - [`sweep`]: reclaiming segments whose owner process is dead.
 //! - [`handle`]: the few bytes a view serializes to inside a dispatch scope.
+//! - [`strings`]: the packed layout of character vectors.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
@@ -22,6 +23,7 @@ pub mod naming;
 pub mod os;
 pub mod registry;
 pub mod segment;
+pub mod strings;
 pub mod sweep;
 
 pub use error::{Error, Result};

@@ -72,6 +72,31 @@ pub fn random_bytes(n: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Does the mapped range `[ptr, ptr + len)` hold any page that this process has
+/// written in a private (copy-on-write) file mapping? Read from
+/// /proc/self/pagemap: a present page that is not a file page is an anonymous
+/// copy. `None` if pagemap cannot be read.
+pub fn has_private_pages(ptr: *const u8, len: usize) -> Option<bool> {
+    use std::io::{Seek, SeekFrom};
+    if len == 0 {
+        return Some(false);
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let first = ptr as usize / page;
+    let last = (ptr as usize + len - 1) / page;
+    let mut f = File::open("/proc/self/pagemap").ok()?;
+    f.seek(SeekFrom::Start((first * 8) as u64)).ok()?;
+    let mut buf = vec![0u8; (last - first + 1) * 8];
+    f.read_exact(&mut buf).ok()?;
+    const PRESENT: u64 = 1 << 63;
+    const FILE_OR_SHARED: u64 = 1 << 61;
+    Some(buf.chunks_exact(8).any(|c| {
+        let e = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        e & PRESENT != 0 && e & FILE_OR_SHARED == 0
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +113,20 @@ mod tests {
     #[test]
     fn free_bytes_of_tmp_is_positive() {
         assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
+    }
+
+    #[test]
+    fn pagemap_sees_copy_on_write_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![1u8; 1 << 16]).unwrap();
+        let file = File::open(&path).unwrap();
+        let mut m = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap();
+        let _ = m.iter().map(|&b| b as u64).sum::<u64>(); // read every page
+        assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(false));
+        m[5000] = 2;
+        assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(true));
+        assert_eq!(has_private_pages(m[16384..].as_ptr(), m.len() - 16384), Some(false));
     }
 
     #[test]

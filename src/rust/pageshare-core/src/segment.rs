@@ -11,7 +11,8 @@
 use crate::error::{Error, Result};
 use crate::header::{Header, Kind, HEADER_LEN, OWNER_OFFSET, READY_OFFSET};
 use crate::os;
-use memmap2::{Mmap, MmapMut};
+use memmap2::Mmap;
+pub use memmap2::MmapMut;
 use once_cell::sync::Lazy;
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -33,6 +34,9 @@ pub fn self_identity() -> (u32, u64) {
 pub struct Segment {
     name: String,
     dir: PathBuf,
+    /// Kept open so that private copy-on-write mappings can be made even after the
+    /// owner unlinked the name.
+    file: File,
     map: Mmap,
     header: Header,
     /// The pid responsible for unlinking (0: none in this process). Set at creation
@@ -104,7 +108,7 @@ impl Segment {
         let map = map.make_read_only().map_err(|e| Error::os("cannot make the segment read-only", e))?;
         guard.disarm();
         OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path);
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(pid) })
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), file, map, header, creator: AtomicU32::new(pid) })
     }
 
     /// Map an existing, complete segment read-only, validating its header first.
@@ -126,7 +130,11 @@ impl Segment {
         if !header.ready {
             return Err(Error::Invalid { name: name.into(), why: "its owner has not finished writing it".into() });
         }
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(0) })
+        if header.kind == Kind::Character {
+            let d0 = header.data_offset as usize;
+            crate::strings::StringTable::parse(&map[d0..d0 + header.data_len as usize], header.length, name)?;
+        }
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), file, map, header, creator: AtomicU32::new(0) })
     }
 
     pub fn name(&self) -> &str {
@@ -137,6 +145,11 @@ impl Segment {
     }
     pub fn header(&self) -> &Header {
         &self.header
+    }
+    /// The current owner (pid, start time) as written in the file's header; it
+    /// changes when another process adopts the segment.
+    pub fn owner(&self) -> (u32, u64) {
+        Header::parse_owner(&self.map[..HEADER_LEN]).unwrap_or((self.header.owner_pid, self.header.owner_start))
     }
     /// Does this process own (and therefore eventually unlink) the segment?
     pub fn owned_here(&self) -> bool {
@@ -178,6 +191,21 @@ impl Segment {
     pub fn data(&self) -> &[u8] {
         let d0 = self.header.data_offset as usize;
         &self.map[d0..d0 + self.header.data_len as usize]
+    }
+    /// A private copy-on-write mapping of the whole segment: reads see the shared
+    /// pages, a write copies only the page it touches, and never reaches the
+    /// segment (MAP_PRIVATE). Offsets are as in the file (use the header's).
+    pub fn private_map(&self) -> Result<MmapMut> {
+        // SAFETY: MAP_PRIVATE: writes through this map stay in this process; the
+        // file is a validated segment that nobody writes after it is ready.
+        unsafe { memmap2::MmapOptions::new().map_copy(&self.file) }
+            .map_err(|e| Error::os(format!("cannot make a private mapping of {}", self.name), e))
+    }
+
+    /// The strings of a character segment (validated when it was created or opened).
+    pub fn strings(&self) -> crate::strings::StringTable<'_> {
+        debug_assert_eq!(self.header.kind, Kind::Character);
+        crate::strings::StringTable::trusted(self.data(), self.header.length)
     }
     pub fn attributes(&self) -> &[u8] {
         let a0 = self.header.attr_offset as usize;
@@ -334,8 +362,25 @@ mod tests {
         r.adopt().unwrap();
         assert!(r.owned_here());
         assert_eq!(read_owner(&path).unwrap().0, std::process::id());
+        assert_eq!(r.owner().0, std::process::id()); // seen through the mapping too
         drop(r);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn private_maps_never_write_the_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let s = doubles(dir.path(), &name, &[1.0, 2.0]).unwrap();
+        let mut p = s.private_map().unwrap();
+        let d0 = s.header().data_offset as usize;
+        p[d0..d0 + 8].copy_from_slice(&9.0f64.to_le_bytes());
+        assert_eq!(&p[d0..d0 + 8], &9.0f64.to_le_bytes());
+        assert_eq!(&s.data()[..8], &1.0f64.to_le_bytes());
+        let r = Segment::open(dir.path(), &name).unwrap();
+        assert_eq!(&r.data()[..8], &1.0f64.to_le_bytes());
+        s.unlink();
+        assert!(s.private_map().is_ok()); // still possible after unlink
     }
 
     #[test]

@@ -2,11 +2,10 @@
 //! ALTREP C API. Methods left unset fall back to R's defaults, which read through
 //! `Dataptr`. No method materializes a view for reading:
 //!
-//! - `Dataptr(x, writeable)`: the read-only mapping, unless R wants to write into
-//!   a view that is not shared; then the view gets a private copy (`data2`). Views
-//!   are created not-mutable, and R duplicates a shared object before writing into
-//!   it, so handing out the mapping for a writeable request on a shared view is safe
-//!   (R 4.2 asks for writeable pointers in many read-only operations).
+//! - `Dataptr(x, writeable)`: the read-only mapping for reads; for a writeable
+//!   request, the view's private copy-on-write mapping (see `view.rs`), so that
+//!   even code that writes into a not-mutable vector (data.table's `:=`) only
+//!   changes this view, page by page, and never the shared pages.
 //! - `Duplicate`: a plain copy (counted); R copies the attributes.
 //! - `Serialized_state`: a handle inside `with_handles()`, otherwise `NULL`, which
 //!   makes R serialize the plain data (so `saveRDS()` files never depend on a segment).
@@ -14,15 +13,19 @@
 
 use crate::boundary::guard;
 use crate::rapi::*;
-use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, view_of, View};
+use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_of, View};
 use pageshare_core::handle::Handle;
 use pageshare_core::header::Kind;
 use pageshare_core::registry;
 use std::os::raw::{c_int, c_void};
 use std::path::Path;
 
-const KINDS: [Kind; 5] = [Kind::Double, Kind::Integer, Kind::Logical, Kind::Raw, Kind::Complex];
-static mut CLASSES: [Option<R_altrep_class_t>; 5] = [None; 5];
+const KINDS: [Kind; 6] = [Kind::Double, Kind::Integer, Kind::Logical, Kind::Raw, Kind::Complex, Kind::Character];
+static mut CLASSES: [Option<R_altrep_class_t>; 6] = [None; 6];
+
+/// Slices shorter than this are copied (a view of a few elements would keep a
+/// whole segment alive for nothing).
+const MIN_SLICE: R_xlen_t = 4096;
 
 fn slot(kind: Kind) -> usize {
     KINDS.iter().position(|k| *k == kind).expect("a fixed-width kind")
@@ -68,20 +71,101 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
         if d2 != nil() {
             return DATAPTR(d2);
         }
-        if writeable == Rboolean::FALSE || maybe_shared(x) {
+        if view.kind == Kind::Character {
+            // R wants an array of R strings: only a full copy can give it.
+            let copy = Rf_protect(plain_copy(x, view));
+            R_set_altrep_data2(x, copy);
+            Rf_unprotect(1);
+            return DATAPTR(copy);
+        }
+        if writeable == Rboolean::FALSE {
             return view.data_ptr() as *mut c_void;
         }
-        // R is about to write into a view only this binding holds: give it a private copy.
-        let copy = Rf_protect(plain_copy(x, view));
-        R_set_altrep_data2(x, copy);
-        Rf_unprotect(1);
-        DATAPTR(copy)
+        match view.writeable_ptr() {
+            Ok(p) => p.cast::<c_void>(),
+            Err(_) => {
+                // No private mapping possible (address space): a full private copy.
+                let copy = Rf_protect(plain_copy(x, view));
+                R_set_altrep_data2(x, copy);
+                Rf_unprotect(1);
+                DATAPTR(copy)
+            }
+        }
     }
 }
 
 unsafe extern "C" fn dataptr_or_null(x: SEXP) -> *const c_void {
     // SAFETY: x is one of our views.
-    unsafe { read_ptr(x, this(x)).cast::<c_void>() }
+    unsafe {
+        let view = this(x);
+        if view.kind == Kind::Character {
+            let d2 = R_altrep_data2(x);
+            // NULL tells R to read element by element (no materialization).
+            return if d2 != nil() { DATAPTR(d2) as *const c_void } else { std::ptr::null() };
+        }
+        read_ptr(x, view).cast::<c_void>()
+    }
+}
+
+/// `x[i]` for a contiguous increasing run of indices: another view of the same
+/// segment instead of a copy. Anything else: NULL, R's own subsetting (which
+/// reads through Elt/Dataptr without copying the view).
+unsafe extern "C" fn extract_subset(x: SEXP, indx: SEXP, _call: SEXP) -> SEXP {
+    // SAFETY: x is one of our views; indx is R's index vector (integer or double).
+    unsafe {
+        let view = this(x);
+        let k = XLENGTH(indx);
+        if R_altrep_data2(x) != nil() || view.private.borrow().is_some() || k < MIN_SLICE {
+            return std::ptr::null_mut();
+        }
+        let at = |i: R_xlen_t| -> Option<i64> {
+            match TYPEOF(indx) {
+                SEXPTYPE::INTSXP => {
+                    let v = INTEGER_ELT(indx, i);
+                    (v != i32::MIN).then_some(v as i64)
+                }
+                SEXPTYPE::REALSXP => {
+                    let v = REAL_ELT(indx, i);
+                    (v.is_finite() && v.fract() == 0.0).then_some(v as i64)
+                }
+                _ => None,
+            }
+        };
+        let Some(first) = at(0) else { return std::ptr::null_mut() };
+        if first < 1 || first + k as i64 - 1 > view.len as i64 {
+            return std::ptr::null_mut();
+        }
+        for i in 1..k {
+            if at(i) != Some(first + i as i64) {
+                return std::ptr::null_mut();
+            }
+        }
+        make_view(view.seg.clone(), view.kind, view.offset + first as u64 - 1, k as u64)
+    }
+}
+
+unsafe extern "C" fn string_elt_method(x: SEXP, i: R_xlen_t) -> SEXP {
+    // SAFETY: x is a character view; R passes 0 <= i < length(x).
+    unsafe {
+        let d2 = R_altrep_data2(x);
+        if d2 != nil() {
+            return STRING_ELT(d2, i);
+        }
+        string_elt(this(x), i as usize)
+    }
+}
+
+unsafe extern "C" fn string_set_elt(x: SEXP, i: R_xlen_t, v: SEXP) {
+    // SAFETY: x is a character view; writes go to its private copy.
+    unsafe {
+        let view = this(x);
+        if R_altrep_data2(x) == nil() {
+            let copy = Rf_protect(plain_copy(x, view));
+            R_set_altrep_data2(x, copy);
+            Rf_unprotect(1);
+        }
+        SET_STRING_ELT(R_altrep_data2(x), i, v);
+    }
 }
 
 unsafe extern "C" fn duplicate(x: SEXP, _deep: Rboolean) -> SEXP {
@@ -96,6 +180,9 @@ unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
     // SAFETY: x is one of our views; the raw vector is filled before it is returned.
     unsafe {
         let view = this(x);
+        if R_altrep_data2(x) != nil() || view.is_modified() {
+            return std::ptr::null_mut(); // written here: no longer the segment's data
+        }
         let handle = Handle {
             dir: view.seg.dir().to_string_lossy().into_owned(),
             name: view.seg.name().to_string(),
@@ -198,7 +285,7 @@ pub unsafe fn register(dll: *mut DllInfo) {
                 Kind::Logical => R_make_altlogical_class(c"pageshare_logical".as_ptr(), pkg.as_ptr(), dll),
                 Kind::Raw => R_make_altraw_class(c"pageshare_raw".as_ptr(), pkg.as_ptr(), dll),
                 Kind::Complex => R_make_altcomplex_class(c"pageshare_complex".as_ptr(), pkg.as_ptr(), dll),
-                Kind::Character => unreachable!(),
+                Kind::Character => R_make_altstring_class(c"pageshare_character".as_ptr(), pkg.as_ptr(), dll),
             };
             R_set_altrep_Length_method(cls, Some(length));
             R_set_altrep_Duplicate_method(cls, Some(duplicate));
@@ -207,6 +294,7 @@ pub unsafe fn register(dll: *mut DllInfo) {
             R_set_altrep_Inspect_method(cls, Some(inspect));
             R_set_altvec_Dataptr_method(cls, Some(dataptr));
             R_set_altvec_Dataptr_or_null_method(cls, Some(dataptr_or_null));
+            R_set_altvec_Extract_subset_method(cls, Some(extract_subset));
             match kind {
                 Kind::Double => {
                     R_set_altreal_Elt_method(cls, Some(real_elt));
@@ -219,6 +307,10 @@ pub unsafe fn register(dll: *mut DllInfo) {
                 Kind::Logical => {
                     R_set_altlogical_Elt_method(cls, Some(int_elt));
                     R_set_altlogical_Get_region_method(cls, Some(int_region));
+                }
+                Kind::Character => {
+                    R_set_altstring_Elt_method(cls, Some(string_elt_method));
+                    R_set_altstring_Set_elt_method(cls, Some(string_set_elt));
                 }
                 _ => {} // raw and complex: R's defaults read through Dataptr
             }

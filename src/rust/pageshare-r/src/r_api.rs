@@ -7,6 +7,7 @@ use crate::rapi::*;
 use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};
 use pageshare_core::header::Kind;
 use pageshare_core::segment::Contents;
+use pageshare_core::strings::{self, Encoding};
 use pageshare_core::{naming, registry, segment, sweep};
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
@@ -97,11 +98,43 @@ unsafe fn adopt_attributes(view: SEXP, attrs: SEXP) {
     }
 }
 
+/// The strings of a character vector as (bytes, encoding) items, None for NA.
+unsafe fn string_items(x: SEXP) -> Vec<Option<(&'static [u8], Encoding)>> {
+    // SAFETY: CHARSXPs live in R's global cache at least as long as `x`, which the
+    // caller keeps alive while the items are used.
+    unsafe {
+        (0..XLENGTH(x))
+            .map(|i| {
+                let c = STRING_ELT(x, i);
+                if c == R_NaString {
+                    None
+                } else {
+                    let bytes = std::slice::from_raw_parts(R_CHAR(c).cast::<u8>(), LENGTH(c) as usize);
+                    Some((bytes, Encoding::from_cetype(Rf_getCharCE(c))))
+                }
+            })
+            .collect()
+    }
+}
+
 /// Copy `x`'s data into a new segment `dir/name` and return a view of it.
 unsafe fn copy_into_segment(x: SEXP, dir: &Path, name: &str, attr_blob: &[u8], hold: bool) -> Result<SEXP, String> {
     // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
     unsafe {
         let kind = kind_of(x)?;
+        if kind == Kind::Character {
+            let items = string_items(x);
+            let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
+            let len = items.len() as u64;
+            let data_len = strings::packed_len(len, total).ok_or("the character vector is too large to share")?;
+            let contents = Contents { kind, length: len, data_len, attributes: attr_blob };
+            let seg = registry::create(dir, name, contents, |dst| strings::pack(items.iter().copied(), dst))
+                .map_err(msg)?;
+            if hold {
+                registry::hold(seg.clone());
+            }
+            return Ok(make_view(seg, kind, 0, len));
+        }
         let len = XLENGTH(x) as u64;
         let bytes = (len * kind.elem_size()) as usize;
         let src = if bytes > 0 { DATAPTR_RO(x).cast::<u8>() } else { std::ptr::null() };
@@ -172,19 +205,18 @@ pub extern "C" fn ps_is_view(x: SEXP) -> SEXP {
 pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
     guard(|| unsafe {
         let Some(v) = view_of(x) else { return Ok(nil()) };
-        let h = v.seg.header();
         let vals = [
             Rf_protect(Rf_ScalarString(mk_string(v.seg.name()))),
             Rf_protect(Rf_ScalarString(mk_string(&v.seg.dir().to_string_lossy()))),
             Rf_protect(Rf_ScalarReal(v.bytes() as f64)),
             Rf_protect(Rf_ScalarReal(v.seg.total_size() as f64)),
-            Rf_protect(Rf_ScalarInteger(h.owner_pid as i32)),
+            Rf_protect(Rf_ScalarInteger(v.seg.owner().0 as i32)),
             Rf_protect(Rf_ScalarLogical(v.seg.owned_here() as i32)),
             Rf_protect(Rf_ScalarString(mk_string(v.kind.name()))),
             Rf_protect(Rf_ScalarReal(v.offset as f64)),
             Rf_protect(Rf_ScalarReal(v.len as f64)),
             Rf_protect(Rf_ScalarReal(v.materializations.get() as f64)),
-            Rf_protect(Rf_ScalarLogical((R_altrep_data2(x) != nil()) as i32)),
+            Rf_protect(Rf_ScalarLogical((R_altrep_data2(x) != nil() || v.is_modified()) as i32)),
         ];
         let out = named_list(&[
             ("name", vals[0]),
@@ -282,9 +314,6 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
             other => other.to_string(),
         })?;
         let h = seg.header().clone();
-        if h.kind == Kind::Character {
-            return Err("character segments are not supported by this version".into());
-        }
         let blob = Rf_protect(raw_vec(seg.attributes()));
         let view = Rf_protect(make_view(seg, h.kind, 0, h.length));
         let out = named_list(&[("view", view), ("attributes", blob)]);

@@ -19,15 +19,7 @@ extern "C" {
     pub fn Rf_ScalarString(x: SEXP) -> SEXP;
     pub fn Rf_asInteger(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_asReal(x: SEXP) -> f64;
-}
-
-/// MAYBE_SHARED from Rinternals.h (a macro there).
-///
-/// # Safety
-/// `x` must be a valid SEXP.
-pub unsafe fn maybe_shared(x: SEXP) -> bool {
-    // SAFETY: forwarded from the caller.
-    unsafe { REFCNT(x) > 1 }
+    pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
 }
 
 pub fn nil() -> SEXP {

@@ -1,14 +1,21 @@
 //! A view: an ALTREP vector whose elements live in a shared segment.
 //!
 //! `data1` of the ALTREP object is an external pointer to a boxed [`View`] (the
-//! segment, the element type and the slice); `data2` is `NULL` until R asks for a
-//! writeable pointer to a view that is not shared, in which case it holds the
-//! view's private copy and every later read goes there.
+//! segment, the element type and the slice). Reads go to the segment's read-only
+//! mapping. The first time R asks for a *writeable* pointer, the view gets its
+//! own private copy-on-write mapping of the segment (`View::private`): reading
+//! through it costs nothing extra, a write copies only the page it touches, and
+//! no write can ever reach the shared pages (R 4.2 asks for writeable pointers
+//! in many read-only operations; code such as data.table's `:=` really writes).
+//! From then on every read of this view goes through its private mapping.
+//! `data2` holds a full private copy only for character views (R needs an array
+//! of R strings for a writeable pointer).
 
 use crate::rapi::*;
 use pageshare_core::header::Kind;
 use pageshare_core::segment::Segment;
-use std::cell::Cell;
+use pageshare_core::segment::MmapMut;
+use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,18 +26,62 @@ pub struct View {
     /// First element within the segment.
     pub offset: u64,
     pub len: u64,
-    /// Full copies made of this view (private copy on write, duplicates).
+    /// Full copies made of this view (duplicates, character copies).
     pub materializations: Cell<u64>,
+    /// The private copy-on-write mapping, once a writeable pointer was asked for.
+    pub private: RefCell<Option<MmapMut>>,
 }
 
 impl View {
+    /// Bytes of shared data this view reads (for strings: the whole packed table
+    /// of its segment).
     pub fn bytes(&self) -> usize {
+        if self.kind == Kind::Character {
+            return self.seg.header().data_len as usize;
+        }
         (self.len * self.kind.elem_size()) as usize
     }
-    /// Start of this view's elements in the read-only mapping.
+    /// Start of this view's elements: in its private mapping if it has one, else
+    /// in the shared read-only mapping.
     pub fn data_ptr(&self) -> *const u8 {
         let start = (self.offset * self.kind.elem_size()) as usize;
+        if let Some(p) = self.private.borrow().as_ref() {
+            let d0 = self.seg.header().data_offset as usize;
+            return p[d0 + start..d0 + start + self.bytes()].as_ptr();
+        }
         self.seg.data()[start..start + self.bytes()].as_ptr()
+    }
+
+    /// A writeable pointer to this view's elements, through its private
+    /// copy-on-write mapping (made on first use).
+    pub fn writeable_ptr(&self) -> Result<*mut u8, String> {
+        if self.private.borrow().is_none() {
+            let map = self.seg.private_map().map_err(|e| e.to_string())?;
+            *self.private.borrow_mut() = Some(map);
+        }
+        let start = (self.offset * self.kind.elem_size()) as usize;
+        let d0 = self.seg.header().data_offset as usize;
+        let mut p = self.private.borrow_mut();
+        let map = p.as_mut().expect("made above");
+        Ok(map[d0 + start..d0 + start + self.bytes()].as_mut_ptr())
+    }
+
+    /// Has this process written into the view's private mapping? (Then the view
+    /// no longer equals its segment and must not travel as a handle.)
+    pub fn is_modified(&self) -> bool {
+        match self.private.borrow().as_ref() {
+            None => false,
+            Some(_) => {
+                let ptr = self.data_ptr();
+                pageshare_core::os::has_private_pages(ptr, self.bytes()).unwrap_or_else(|| {
+                    // No pagemap: compare with the shared pages instead.
+                    let start = (self.offset * self.kind.elem_size()) as usize;
+                    // SAFETY: data_ptr() covers bytes() readable bytes.
+                    let mine = unsafe { std::slice::from_raw_parts(ptr, self.bytes()) };
+                    mine != &self.seg.data()[start..start + self.bytes()]
+                })
+            }
+        }
     }
 }
 
@@ -65,10 +116,11 @@ pub unsafe fn kind_of(x: SEXP) -> Result<Kind, String> {
         SEXPTYPE::REALSXP => Kind::Double,
         SEXPTYPE::CPLXSXP => Kind::Complex,
         SEXPTYPE::RAWSXP => Kind::Raw,
+        SEXPTYPE::STRSXP => Kind::Character,
         other => {
             return Err(format!(
                 "cannot share an object of type {}: pageshare shares logical, integer, double, \
-                 complex and raw vectors",
+                 complex, raw and character vectors",
                 type_name(other)
             ))
         }
@@ -81,7 +133,6 @@ pub fn type_name(t: SEXPTYPE) -> &'static str {
         SEXPTYPE::CLOSXP => "closure",
         SEXPTYPE::ENVSXP => "environment",
         SEXPTYPE::EXTPTRSXP => "externalptr",
-        SEXPTYPE::STRSXP => "character",
         SEXPTYPE::VECSXP => "list",
         SEXPTYPE::SPECIALSXP | SEXPTYPE::BUILTINSXP => "builtin",
         SEXPTYPE::LANGSXP => "language",
@@ -124,7 +175,14 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
 /// Main R thread only. The caller must check that the slice lies in the segment.
 pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) -> SEXP {
     debug_assert!(offset + len <= seg.header().length);
-    let raw = Box::into_raw(Box::new(View { seg, kind, offset, len, materializations: Cell::new(0) }));
+    let raw = Box::into_raw(Box::new(View {
+        seg,
+        kind,
+        offset,
+        len,
+        materializations: Cell::new(0),
+        private: RefCell::new(None),
+    }));
     // SAFETY: main thread; every new object is protected while the next allocates.
     unsafe {
         let ptr = Rf_protect(R_MakeExternalPtr(raw.cast::<c_void>(), nil(), nil()));
@@ -137,12 +195,51 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
     }
 }
 
+/// Element `i` of a character view, made into an R string (NA_character_ for NA).
+///
+/// # Safety
+/// `view` is a character view and `i < view.len`; main R thread.
+pub unsafe fn string_elt(view: &View, i: usize) -> SEXP {
+    let table = view.seg.strings();
+    // SAFETY: the table was validated; mkCharLenCE copies the bytes into R's cache.
+    unsafe {
+        match table.get(view.offset as usize + i) {
+            None => R_NaString,
+            Some((bytes, enc)) => Rf_mkCharLenCE(bytes.as_ptr().cast(), bytes.len() as i32, cetype(enc)),
+        }
+    }
+}
+
+fn cetype(e: pageshare_core::strings::Encoding) -> cetype_t {
+    use pageshare_core::strings::Encoding::*;
+    match e {
+        Native => cetype_t::CE_NATIVE,
+        Utf8 => cetype_t::CE_UTF8,
+        Latin1 => cetype_t::CE_LATIN1,
+        Bytes => cetype_t::CE_BYTES,
+    }
+}
+
 /// A plain (non-ALTREP) copy of the view's current contents; counts a
 /// materialization.
 ///
 /// # Safety
 /// `x` must be a view; main R thread only.
 pub unsafe fn plain_copy(x: SEXP, view: &View) -> SEXP {
+    if view.kind == Kind::Character {
+        // SAFETY: the result is protected while its strings are made.
+        return unsafe {
+            let d2 = R_altrep_data2(x);
+            let ans = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, view.len as R_xlen_t));
+            for i in 0..view.len as usize {
+                let s = if d2 != nil() { STRING_ELT(d2, i as R_xlen_t) } else { string_elt(view, i) };
+                SET_STRING_ELT(ans, i as R_xlen_t, s);
+            }
+            view.materializations.set(view.materializations.get() + 1);
+            Rf_unprotect(1);
+            ans
+        };
+    }
     // SAFETY: the new vector has exactly view.bytes() bytes of storage.
     unsafe {
         let ans = Rf_allocVector(sexptype(view.kind), view.len as R_xlen_t);
