@@ -95,7 +95,7 @@ retrieveViews <- function(namespace, variableNames) {
     if (inherits(got, "error")) {
       if (grepl("is not registered", conditionMessage(got), fixed = TRUE)) {
         pageshare_stop("unknown_variable", sprintf("variable '%s' is", var), namespace,
-                       or_none(registered_here(namespace)))
+                       or_none(.Call(ps_namespace_variables, namespace, dir)))
       }
       stop(got)
     }

@@ -37,6 +37,22 @@ test_that("a normal exit unlinks the segments the process owned", {
   expect_false(any(grepl("exit_test", present, fixed = TRUE)))
 })
 
+test_that("unloading the package unlinks what the process owned", {
+  res <- callr::r(function() {
+    library(pageshare)
+    v <- share(rnorm(1000))
+    registerVariables("unload_test", list(a = 1:3))
+    name <- shared_info(v)$name
+    before <- c(name, "pageshare.n.unload_test.a") %in% shared_segments(all = TRUE)
+    unloadNamespace("pageshare")
+    after <- file.exists(file.path("/dev/shm", c(name, "pageshare.n.unload_test.a")))
+    list(before = before, after = after, still_readable = length(v) == 1000)
+  })
+  expect_identical(res$before, c(TRUE, TRUE))
+  expect_identical(res$after, c(FALSE, FALSE))
+  expect_true(res$still_readable)
+})
+
 test_that("a forked child never unlinks its parent's segments", {
   skip_on_os("windows")
   v <- share(as.double(1:1000))

@@ -54,6 +54,8 @@ test_that("a name registered by another live session is refused, naming the hold
   expect_error(registerVariables(ns, list(x = 1:10)), sprintf("process %s", pid))
   expect_identical(retrieveViews(ns, "x")$x, 1:10)
   releaseViews(ns, "x")
+  # an unknown name lists what the namespace holds, whoever registered it
+  expect_error(retrieveViews(ns, "y"), "it holds: 'x'")
 })
 
 test_that("memshare_gc releases a namespace's views and variables", {

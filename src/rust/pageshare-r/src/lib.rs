@@ -56,6 +56,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_cache_evict / 1,
         ps_disown / 1,
         ps_adopt / 1,
+        ps_namespace_variables / 2,
         ps_free_bytes / 1,
     ];
     // R keeps the pointer: leak the table for the life of the process.

@@ -279,6 +279,23 @@ pub extern "C" fn ps_list_segments(dir: SEXP) -> SEXP {
     })
 }
 
+/// Variables registered in `namespace` by any process (from the segment names in `dir`).
+#[no_mangle]
+pub extern "C" fn ps_namespace_variables(ns: SEXP, dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let ns = string_arg(ns, "namespace")?;
+        let dir = dir_arg(dir)?;
+        let mut vars: Vec<String> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .filter_map(|e| naming::parse_named(&e.ok()?.file_name().into_string().ok()?))
+            .filter(|(n, _)| *n == ns)
+            .map(|(_, v)| v)
+            .collect();
+        vars.sort();
+        Ok(strings(&vars))
+    })
+}
+
 /// registerVariables: a named segment held by this process until released.
 #[no_mangle]
 pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: SEXP, dir: SEXP) -> SEXP {
