@@ -13,7 +13,7 @@
 
 use crate::boundary::guard;
 use crate::rapi::*;
-use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_of, View};
+use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_unchecked, View};
 use pageshare_core::handle::Handle;
 use pageshare_core::header::Kind;
 use pageshare_core::registry;
@@ -53,7 +53,7 @@ pub unsafe fn is_view_class(x: SEXP) -> bool {
 /// The view behind an object R hands to one of our methods.
 unsafe fn this<'a>(x: SEXP) -> &'a View {
     // SAFETY: R only calls our methods on objects of our classes.
-    unsafe { view_of(x).expect("an object of a pageshare class") }
+    unsafe { view_unchecked(x) }
 }
 
 // ---- altrep methods -------------------------------------------------------------
@@ -88,6 +88,7 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
                 let copy = Rf_protect(plain_copy(x, view));
                 R_set_altrep_data2(x, copy);
                 Rf_unprotect(1);
+                view.read_at.set(DATAPTR(copy).cast::<u8>());
                 DATAPTR(copy)
             }
         }
@@ -247,8 +248,10 @@ unsafe extern "C" fn inspect(
 macro_rules! elt_methods {
     ($elt:ident, $region:ident, $t:ty) => {
         unsafe extern "C" fn $elt(x: SEXP, i: R_xlen_t) -> $t {
-            // SAFETY: R passes 0 <= i < length(x); the pointer covers length(x) elements.
-            unsafe { *read_ptr(x, this(x)).cast::<$t>().add(i as usize) }
+            // SAFETY: R passes 0 <= i < length(x); data_ptr() covers length(x)
+            // elements (numeric views never use data2 unless the private mapping
+            // failed, and then read_at points into data2 as well).
+            unsafe { *this(x).data_ptr().cast::<$t>().add(i as usize) }
         }
         unsafe extern "C" fn $region(x: SEXP, i: R_xlen_t, n: R_xlen_t, buf: *mut $t) -> R_xlen_t {
             // SAFETY: copies min(n, length - i) elements into R's buffer of n elements.

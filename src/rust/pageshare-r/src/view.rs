@@ -30,6 +30,9 @@ pub struct View {
     pub materializations: Cell<u64>,
     /// The private copy-on-write mapping, once a writeable pointer was asked for.
     pub private: RefCell<Option<MmapMut>>,
+    /// Where reads go now (the shared mapping, then the private one): cached so
+    /// that the per-element methods, which R calls in tight loops, stay cheap.
+    pub read_at: Cell<*const u8>,
 }
 
 impl View {
@@ -44,11 +47,11 @@ impl View {
     /// Start of this view's elements: in its private mapping if it has one, else
     /// in the shared read-only mapping.
     pub fn data_ptr(&self) -> *const u8 {
+        self.read_at.get()
+    }
+
+    fn shared_ptr(&self) -> *const u8 {
         let start = (self.offset * self.kind.elem_size()) as usize;
-        if let Some(p) = self.private.borrow().as_ref() {
-            let d0 = self.seg.header().data_offset as usize;
-            return p[d0 + start..d0 + start + self.bytes()].as_ptr();
-        }
         self.seg.data()[start..start + self.bytes()].as_ptr()
     }
 
@@ -63,7 +66,9 @@ impl View {
         let d0 = self.seg.header().data_offset as usize;
         let mut p = self.private.borrow_mut();
         let map = p.as_mut().expect("made above");
-        Ok(map[d0 + start..d0 + start + self.bytes()].as_mut_ptr())
+        let ptr = map[d0 + start..d0 + start + self.bytes()].as_mut_ptr();
+        self.read_at.set(ptr);
+        Ok(ptr)
     }
 
     /// Has this process written into the view's private mapping? (Then the view
@@ -75,10 +80,10 @@ impl View {
                 let ptr = self.data_ptr();
                 pageshare_core::os::has_private_pages(ptr, self.bytes()).unwrap_or_else(|| {
                     // No pagemap: compare with the shared pages instead.
-                    let start = (self.offset * self.kind.elem_size()) as usize;
-                    // SAFETY: data_ptr() covers bytes() readable bytes.
+                    // SAFETY: both pointers cover bytes() readable bytes.
                     let mine = unsafe { std::slice::from_raw_parts(ptr, self.bytes()) };
-                    mine != &self.seg.data()[start..start + self.bytes()]
+                    let shared = unsafe { std::slice::from_raw_parts(self.shared_ptr(), self.bytes()) };
+                    mine != shared
                 })
             }
         }
@@ -175,14 +180,17 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
 /// Main R thread only. The caller must check that the slice lies in the segment.
 pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) -> SEXP {
     debug_assert!(offset + len <= seg.header().length);
-    let raw = Box::into_raw(Box::new(View {
+    let view = View {
         seg,
         kind,
         offset,
         len,
         materializations: Cell::new(0),
         private: RefCell::new(None),
-    }));
+        read_at: Cell::new(std::ptr::null()),
+    };
+    view.read_at.set(if kind == Kind::Character { std::ptr::null() } else { view.shared_ptr() });
+    let raw = Box::into_raw(Box::new(view));
     // SAFETY: main thread; every new object is protected while the next allocates.
     unsafe {
         let ptr = Rf_protect(R_MakeExternalPtr(raw.cast::<c_void>(), nil(), nil()));
@@ -249,6 +257,16 @@ pub unsafe fn plain_copy(x: SEXP, view: &View) -> SEXP {
         view.materializations.set(view.materializations.get() + 1);
         ans
     }
+}
+
+/// The view behind an object of one of our classes, without checking the class:
+/// for the ALTREP methods, which R only calls on our objects, in tight loops.
+///
+/// # Safety
+/// `x` must be a live view.
+pub unsafe fn view_unchecked<'a>(x: SEXP) -> &'a View {
+    // SAFETY: data1 of our objects is the external pointer made by make_view.
+    unsafe { &*R_ExternalPtrAddr(R_altrep_data1(x)).cast::<View>() }
 }
 
 /// Where reads of `x` come from: its private copy if it has one, else the mapping.
