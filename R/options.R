@@ -11,8 +11,13 @@
 #'    default `1048576`, 1 MiB) Objects smaller than this travel by plain
 #'    serialization when the backends share automatically; [share()] itself
 #'    always shares.}
+#'  \item{`pageshare.workers`}{(integer; env `PAGESHARE_WORKERS`; default
+#'    `parallel::detectCores()`) Number of processes in pageshare's own worker
+#'    pool, used by [registerDoShm()] without a cluster and by [memApply()] /
+#'    [memLapply()] without `CLUSTER`. The pool is started on first use, reused
+#'    by later calls, and stopped by [stop_workers()] or when R exits.}
 #'  \item{`pageshare.cache_limit`}{(numeric bytes; env `PAGESHARE_CACHE_LIMIT`;
-#'    default half the free space of `pageshare.dir` when the package loads)
+#'    default a quarter of the free space of `pageshare.dir` when the package loads)
 #'    The identity cache ("share once") keeps each shared source and its view
 #'    while the source is referenced. A source bound in an environment that was
 #'    discarded without R decrementing its reference count (`local()`,
@@ -21,7 +26,7 @@
 #'    stay valid). `forget_shared()` drops them all.}
 #' }
 #' @name pageshare_options
-#' @aliases pageshare.dir pageshare.threshold
+#' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
 #' @examples
 #' getOption("pageshare.dir")
 #' old <- options(pageshare.threshold = 64 * 1024)
@@ -29,9 +34,13 @@
 NULL
 
 option_defaults <- list(
-  pageshare.cache_limit = list(env = "PAGESHARE_CACHE_LIMIT", default = NULL, parse = as.numeric),
+  pageshare.cache_limit = list(env = "PAGESHARE_CACHE_LIMIT", parse = as.numeric,
+                               default = function() tryCatch(0.25 * .Call(ps_free_bytes, segment_dir()),
+                                                             error = function(e) Inf)),
   pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
-  pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric)
+  pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
+  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = function() parallel::detectCores(),
+                           parse = as.integer)
 )
 
 load_option_defaults <- function() {
@@ -39,10 +48,8 @@ load_option_defaults <- function() {
     spec <- option_defaults[[name]]
     if (is.null(getOption(name))) {
       env <- Sys.getenv(spec$env, "")
-      value <- if (nzchar(env)) spec$parse(env) else spec$default
-      if (is.null(value) && name == "pageshare.cache_limit") {
-        value <- tryCatch(0.5 * .Call(ps_free_bytes, segment_dir()), error = function(e) Inf)
-      }
+      value <- if (nzchar(env)) spec$parse(env)
+               else if (is.function(spec$default)) spec$default() else spec$default
       options(stats::setNames(list(value), name))
     }
   }
@@ -65,4 +72,10 @@ share_threshold <- function() {
 cache_limit <- function() {
   l <- getOption("pageshare.cache_limit", Inf)
   if (!is.numeric(l) || length(l) != 1L || is.na(l) || l < 0) Inf else l
+}
+
+worker_count <- function() {
+  n <- getOption("pageshare.workers", parallel::detectCores())
+  if (!is.numeric(n) || length(n) != 1L || is.na(n) || n < 1) pageshare_stop("workers_option")
+  as.integer(n)
 }

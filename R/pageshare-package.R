@@ -16,6 +16,7 @@
   # A load must never fail because of this, hence the tryCatch.
   tryCatch(.Call(ps_sweep, segment_dir()), error = function(e) NULL)
   arm_gc_hook()
+  arm_pool_finalizer()
   invisible()
 }
 
@@ -34,6 +35,8 @@ arm_gc_hook <- function() {
 }
 
 .onUnload <- function(libpath) {
+  # Stop pageshare's own worker pool first: its workers may hold views.
+  tryCatch(stop_pool(pool), error = function(e) NULL)
   # Unlink every segment this process owns. The DLL stays loaded: views that
   # are still alive must keep their ALTREP methods.
   tryCatch(.Call(ps_release_all), error = function(e) NULL)

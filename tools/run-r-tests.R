@@ -1,5 +1,6 @@
 # Run the testthat suite and print a final "R: N passed, N failed, N skipped"
 # line (counting test_that() blocks). Exits non-zero on any failure.
+Sys.setenv(NOT_CRAN = "true")   # run every test (skip_on_cran() guards only CRAN)
 suppressPackageStartupMessages({ library(testthat); library(pageshare) })
 results <- test_dir("tests/testthat", reporter = ProgressReporter$new(show_praise = FALSE),
                     stop_on_failure = FALSE, stop_on_warning = FALSE)

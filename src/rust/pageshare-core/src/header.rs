@@ -219,7 +219,7 @@ impl Header {
                 if h.attr_offset >= HEADER_LEN as u64 && ae <= h.data_offset && de <= h.total_size => {}
             _ => return Err(bad("its offsets do not fit in the file".into())),
         }
-        if h.data_offset % DATA_ALIGN != 0 {
+        if !h.data_offset.is_multiple_of(DATA_ALIGN) {
             return Err(bad("its data is not aligned".into()));
         }
         if kind.layout() == 0 && length.checked_mul(kind.elem_size()) != Some(h.data_len) {

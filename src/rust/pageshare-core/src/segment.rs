@@ -14,7 +14,7 @@ use crate::os;
 use memmap2::Mmap;
 pub use memmap2::MmapMut;
 use once_cell::sync::Lazy;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -22,8 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-/// Paths of segments this process created and has not unlinked yet; emptied at exit.
-static OWNED: Lazy<Mutex<HashSet<PathBuf>>> = Lazy::new(|| Mutex::new(HashSet::new()));
+/// Segments this process owns and has not unlinked yet (path -> owning pid);
+/// emptied at exit. The pid matters after fork(): a child inherits this table
+/// but must never unlink its parent's segments.
+static OWNED: Lazy<Mutex<HashMap<PathBuf, u32>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
 /// Identity of this process as written into the headers it creates.
 pub fn self_identity() -> (u32, u64) {
@@ -34,9 +36,6 @@ pub fn self_identity() -> (u32, u64) {
 pub struct Segment {
     name: String,
     dir: PathBuf,
-    /// Kept open so that private copy-on-write mappings can be made even after the
-    /// owner unlinked the name.
-    file: File,
     map: Mmap,
     header: Header,
     /// The pid responsible for unlinking (0: none in this process). Set at creation
@@ -107,8 +106,8 @@ impl Segment {
         header.ready = true;
         let map = map.make_read_only().map_err(|e| Error::os("cannot make the segment read-only", e))?;
         guard.disarm();
-        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path);
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), file, map, header, creator: AtomicU32::new(pid) })
+        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path, pid);
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(pid) })
     }
 
     /// Map an existing, complete segment read-only, validating its header first.
@@ -134,7 +133,7 @@ impl Segment {
             let d0 = header.data_offset as usize;
             crate::strings::StringTable::parse(&map[d0..d0 + header.data_len as usize], header.length, name)?;
         }
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), file, map, header, creator: AtomicU32::new(0) })
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(0) })
     }
 
     pub fn name(&self) -> &str {
@@ -185,7 +184,7 @@ impl Segment {
         std::os::unix::fs::FileExt::write_all_at(&file, &owner, OWNER_OFFSET as u64)
             .map_err(|e| Error::os(format!("cannot adopt segment {}", path.display()), e))?;
         self.creator.store(pid, Ordering::Relaxed);
-        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path);
+        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path, pid);
         Ok(())
     }
     pub fn data(&self) -> &[u8] {
@@ -195,10 +194,21 @@ impl Segment {
     /// A private copy-on-write mapping of the whole segment: reads see the shared
     /// pages, a write copies only the page it touches, and never reaches the
     /// segment (MAP_PRIVATE). Offsets are as in the file (use the header's).
+    ///
+    /// The file is reopened by name and closed again at once: a process may map
+    /// thousands of segments, and holding a descriptor for each would push R's
+    /// socket descriptors past FD_SETSIZE (R's select() then aborts the process).
+    /// Fails if the name was unlinked; callers then make a full private copy.
     pub fn private_map(&self) -> Result<MmapMut> {
+        let path = self.dir.join(&self.name);
+        let file = File::open(&path).map_err(|e| Error::os(format!("cannot reopen {}", path.display()), e))?;
+        if file.metadata().map(|m| m.len()).ok() != Some(self.map.len() as u64) {
+            return Err(Error::Invalid { name: self.name.clone(), why: "it changed size".into() });
+        }
         // SAFETY: MAP_PRIVATE: writes through this map stay in this process; the
-        // file is a validated segment that nobody writes after it is ready.
-        unsafe { memmap2::MmapOptions::new().map_copy(&self.file) }
+        // file is the validated segment (same name, same size) that nobody
+        // writes after it is ready.
+        unsafe { memmap2::MmapOptions::new().map_copy(&file) }
             .map_err(|e| Error::os(format!("cannot make a private mapping of {}", self.name), e))
     }
 
@@ -235,9 +245,13 @@ impl Drop for Segment {
 /// Unlink every segment this process still owns (at exit and on package unload),
 /// or only those in `dir`.
 pub fn unlink_all_owned(dir: Option<&Path>) -> usize {
+    let me = os::pid();
     let mut owned = OWNED.lock().unwrap_or_else(|p| p.into_inner());
-    let doomed: Vec<PathBuf> =
-        owned.iter().filter(|p| dir.map_or(true, |d| p.parent() == Some(d))).cloned().collect();
+    let doomed: Vec<PathBuf> = owned
+        .iter()
+        .filter(|(p, pid)| **pid == me && dir.is_none_or(|d| p.parent() == Some(d)))
+        .map(|(p, _)| p.clone())
+        .collect();
     for p in &doomed {
         owned.remove(p);
         let _ = std::fs::remove_file(p);
@@ -379,8 +393,9 @@ mod tests {
         assert_eq!(&s.data()[..8], &1.0f64.to_le_bytes());
         let r = Segment::open(dir.path(), &name).unwrap();
         assert_eq!(&r.data()[..8], &1.0f64.to_le_bytes());
+        drop(p);
         s.unlink();
-        assert!(s.private_map().is_ok()); // still possible after unlink
+        assert!(s.private_map().is_err()); // the name is gone: callers copy instead
     }
 
     #[test]

@@ -1,0 +1,286 @@
+#' Register pageshare's foreach backend
+#'
+#' A drop-in replacement for `doParallel::registerDoParallel()`: after
+#' `registerDoShm()`, `foreach(...) %dopar% { ... }` runs on PSOCK workers, and
+#' every large value the loop sends (automatically detected and `.export`ed
+#' variables, and iteration values; lists and data frames leaf by leaf) is
+#' moved into shared memory once and crosses to the workers as a handle of a
+#' few hundred bytes. All workers read the same pages, whatever the number of
+#' workers, tasks or loops (an object shared once is shared again for free
+#' while it lives).
+#'
+#' "Large" means `utils::object.size()` at least `getOption("pageshare.threshold")`
+#' (see [pageshare_options]). If a value cannot be shared (for instance because
+#' `/dev/shm` is full), it is sent by plain serialization with one warning.
+#' Large vectors in the own frame of an exported closure (a function made
+#' inside another function) are shared too; data deeper in a chain of
+#' environments, or in attributes of a non-vector object, travels by plain
+#' serialization.
+#'
+#' Supported foreach options: `.export`, `.noexport`, `.packages`,
+#' `.errorhandling` (`"stop"`, `"remove"`, `"pass"`), `.verbose`, and
+#' `.options.snow = list(preschedule = , attachExportEnv = )` as with doParallel
+#' (`attachExportEnv = TRUE` attaches the exported variables on the workers
+#' under the name `"exportEnv"`). Combining (`.combine`, `.init`, `.final`,
+#' `.inorder`, `.multicombine`, `.maxcombine`), nested loops (`%:%`) and
+#' `when()` are handled by foreach as usual.
+#'
+#' @param cl A cluster made by `parallel::makePSOCKcluster()` on this machine
+#'   (pageshare is loaded on its workers now), or a number of workers, or
+#'   missing: then pageshare's own worker pool is used (started at the first
+#'   loop, see [stop_workers()]). A cluster on another host is accepted but
+#'   receives plain data.
+#' @param cores Number of workers of pageshare's pool to use when `cl` is
+#'   missing; default `getOption("pageshare.workers")`.
+#' @param ... Registration options; as in doParallel, only `nocompile`
+#'   (`TRUE`: do not byte-compile the loop body) is recognised.
+#' @return `invisible(NULL)`; registers the backend (name `"doShm"`) with
+#'   `foreach::setDoPar()`.
+#' @seealso [stop_workers()], [share()], [memApply()]
+#' @examples
+#' \donttest{
+#' library(foreach)
+#' registerDoShm(cores = 2)
+#' X <- matrix(rnorm(2e5), 500)            # 1.6 MB: crosses as a view
+#' r <- foreach(j = 1:4, .combine = c) %dopar% is_shared(X)
+#' r
+#' getDoParName()
+#' foreach::registerDoSEQ()
+#' stop_workers()
+#' }
+#' @export
+registerDoShm <- function(cl, cores = NULL, ...) {
+  if (!requireNamespace("foreach", quietly = TRUE) || !requireNamespace("iterators", quietly = TRUE)) {
+    pageshare_stop("need_foreach")
+  }
+  opts <- list(...)
+  unknown <- setdiff(names(opts), "nocompile")
+  if (length(opts) && (is.null(names(opts)) || any(!nzchar(names(opts))))) {
+    unknown <- c(unknown, "<unnamed>")
+  }
+  if (length(unknown)) {
+    warning(sprintf("ignoring unrecognised registration option(s): %s",
+                    paste(unique(unknown), collapse = ", ")), call. = FALSE)
+  }
+  nocompile <- isTRUE(opts$nocompile)
+  if (missing(cl) || is.null(cl) || is.numeric(cl)) {
+    n <- if (!missing(cl) && is.numeric(cl)) check_cores(cl, "cl")
+         else if (!is.null(cores)) check_cores(cores, "cores")
+         else worker_count()
+    data <- list(cluster = NULL, cores = n, nocompile = nocompile, local = TRUE)
+  } else if (inherits(cl, "cluster")) {
+    load_on_workers(cl)
+    data <- list(cluster = cl, cores = length(cl), nocompile = nocompile,
+                 local = is_local_cluster(cl))
+  } else {
+    pageshare_stop("not_cluster", sprintf("an object of class %s", paste(class(cl), collapse = "/")))
+  }
+  foreach::setDoPar(doshm_backend, data, doshm_info)
+  invisible(NULL)
+}
+
+doshm_info <- function(data, item) {
+  switch(item,
+         workers = data$cores,
+         name = "doShm",
+         version = as.character(utils::packageVersion("pageshare")),
+         NULL)
+}
+
+# Backend options from .options.snow (doParallel compatible) and .options.shm.
+doshm_options <- function(obj) {
+  out <- list(preschedule = FALSE, attachExportEnv = FALSE)
+  given <- c(obj$options$snow, obj$options$shm)
+  for (nm in names(given)) {
+    val <- given[[nm]]
+    if (!nm %in% names(out)) {
+      warning(sprintf("ignoring unknown foreach backend option %s", dQuote(nm, FALSE)), call. = FALSE)
+    } else if (!is.logical(val) || length(val) != 1L || is.na(val)) {
+      warning(sprintf("foreach backend option %s must be TRUE or FALSE; ignoring it",
+                      dQuote(nm, FALSE)), call. = FALSE)
+    } else {
+      out[[nm]] <- val
+    }
+  }
+  out
+}
+
+# A frame holding the caller's `...` (if any), so that `...` used in the loop
+# body works on the workers.
+dots_frame <- function(...) environment()
+
+doshm_backend <- function(obj, expr, envir, data) {
+  if (!inherits(obj, "foreach")) stop("`obj` must be a foreach object")
+  verbose <- isTRUE(obj$verbose)
+  cl <- if (is.null(data$cluster)) pool_workers(data$cores) else data$cluster
+  local <- isTRUE(data$local)
+  state <- new.env(parent = emptyenv())   # fallback warning, share count
+  threshold <- share_threshold()
+  it <- iterators::iter(obj)
+  accumulator <- foreach::makeAccum(it)
+  opt <- doshm_options(obj)
+
+  # Export environment: the caller's dots (large ones shared), then the
+  # variables the body uses, then .export.
+  dots <- tryCatch(eval(quote(list(...)), envir), error = function(e) NULL)
+  exportenv <- if (is.null(dots)) {
+    new.env(parent = emptyenv())
+  } else {
+    if (local) dots <- lapply(dots, share_large, state = state, threshold = threshold)
+    do.call(dots_frame, dots)
+  }
+  noexport <- union(obj$noexport, obj$argnames)
+  foreach::getexports(expr, exportenv, envir, bad = noexport)
+  auto <- setdiff(ls(exportenv, all.names = TRUE), "...")
+  if (verbose) {
+    cat(sprintf("automatically exporting the following variables from the foreach environment:\n  %s\n",
+                if (length(auto)) paste(auto, collapse = ", ") else "(none)"))
+  }
+  export <- unique(obj$export)
+  dup <- intersect(export, auto)
+  if (length(dup)) {
+    warning(sprintf("already exporting variable(s): %s", paste(dup, collapse = ", ")))
+    export <- setdiff(export, dup)
+  }
+  if (length(export)) {
+    if (verbose) cat(sprintf("explicitly exporting variables(s): %s\n", paste(export, collapse = ", ")))
+    for (sym in export) {
+      if (!exists(sym, envir = envir, inherits = TRUE)) {
+        stop(sprintf("unable to find variable \"%s\"", sym))
+      }
+      val <- get(sym, envir = envir, inherits = TRUE)
+      if (is.function(val)) {
+        fenv <- environment(val)
+        if (identical(fenv, envir) || identical(fenv, globalenv())) environment(val) <- exportenv
+      }
+      assign(sym, val, envir = exportenv)
+    }
+  }
+  if (local) {
+    for (sym in setdiff(ls(exportenv, all.names = TRUE), "...")) {
+      val <- get(sym, envir = exportenv, inherits = FALSE)
+      before <- state$count %||% 0L
+      shared <- if (is.function(val)) {
+        if (identical(environment(val), exportenv)) val else share_fun_env(val, state, threshold)
+      }
+                else share_large(val, state, threshold)
+      if ((state$count %||% 0L) > before) assign(sym, shared, envir = exportenv)
+    }
+  }
+
+  body <- if (isTRUE(data$nocompile)) expr
+          else compiler::compile(expr, env = envir, options = list(suppressUndefined = TRUE))
+  pkgname <- if (identical(envir, globalenv())) NULL else utils::packageName(envir)
+  packages <- obj$packages
+  if (verbose && length(packages)) {
+    cat(sprintf("explicitly exporting package(s): %s\n", paste(packages, collapse = ", ")))
+  }
+
+  # Task arguments, evaluated on the master; large ones shared (identity
+  # cached: the same object in many tasks is one segment).
+  argsList <- as.list(it)
+  if (local && length(argsList)) {
+    argsList <- lapply(argsList, function(args) lapply(args, share_large, state = state, threshold = threshold))
+  }
+  if (verbose) {
+    cat(sprintf("pageshare: %d task(s) on %d worker(s); %d value(s) shared\n",
+                length(argsList), length(cl), state$count %||% 0L))
+  }
+
+  # Every message to the workers is serialized inside the handle scope, so
+  # views cross as handles. exportenv and argsList keep the views (and thus
+  # the segments) alive until the loop has finished.
+  results <- with_handles_if(local, {
+    if (opt$preschedule) {
+      if (verbose) cat(sprintf("bundling all tasks into %d chunk(s)\n", min(length(cl), length(argsList))))
+      chunks <- if (length(argsList)) {
+        lapply(parallel::splitIndices(length(argsList), min(length(cl), length(argsList))),
+               function(i) argsList[i])
+      } else list()
+      res <- if (length(chunks)) {
+        parallel::clusterApply(cl[seq_along(chunks)], chunks, worker_stub("doshm_worker_chunk"), body, exportenv,
+                               pkgname, packages, opt$attachExportEnv)
+      } else list()
+      bad <- Filter(function(r) inherits(r, "doshm_init_error"), res)
+      if (length(bad)) pageshare_stop("worker_init", bad[[1L]]$message)
+      do.call(c, res)
+    } else {
+      if (verbose && opt$attachExportEnv) cat("attaching export environment\n")
+      init <- parallel::clusterCall(cl, worker_stub("doshm_worker_init"), body, exportenv, pkgname, packages,
+                                    opt$attachExportEnv)
+      msgs <- unlist(init)
+      if (length(msgs)) pageshare_stop("worker_init", msgs[1L])
+      res <- parallel::clusterApplyLB(cl, argsList, worker_stub("doshm_worker_eval"))
+      parallel::clusterCall(cl, worker_stub("doshm_worker_done"))
+      res
+    }
+  })
+
+  tryCatch(accumulator(results, seq_along(results)), error = function(e) {
+    cat("error calling combine function:\n")
+    print(e)
+  })
+  err <- foreach::getErrorValue(it)
+  if (identical(obj$errorHandling, "stop") && !is.null(err)) {
+    msg <- sprintf("task %d failed - \"%s\"", foreach::getErrorIndex(it), conditionMessage(err))
+    stop(simpleError(msg, call = expr))
+  }
+  foreach::getResult(it)
+}
+
+# ---- Worker side (these run in the workers' pageshare namespace) ----
+
+doshm_state <- new.env(parent = emptyenv())
+
+# Parent for the export environment: the global environment, or the namespace
+# of the package whose code runs the loop.
+doshm_parent <- function(pkgname) {
+  if (is.null(pkgname)) return(globalenv())
+  tryCatch(asNamespace(pkgname), error = function(e) globalenv())
+}
+
+doshm_setup <- function(exportenv, pkgname, packages, attach) {
+  parent.env(exportenv) <- doshm_parent(pkgname)
+  if (attach) {
+    while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE)
+    attach(exportenv, name = "exportEnv", warn.conflicts = FALSE)
+  }
+  for (p in packages) {
+    ok <- tryCatch({
+      suppressPackageStartupMessages(library(p, character.only = TRUE))
+      NULL
+    }, error = function(e) conditionMessage(e))
+    if (!is.null(ok)) return(ok)
+  }
+  NULL
+}
+
+doshm_worker_init <- function(expr, exportenv, pkgname, packages, attach) {
+  doshm_state$expr <- expr
+  doshm_state$env <- exportenv
+  doshm_state$attached <- attach
+  doshm_setup(exportenv, pkgname, packages, attach)
+}
+
+doshm_run <- function(args, expr, env) {
+  for (nm in names(args)) assign(nm, args[[nm]], envir = env)
+  tryCatch(eval(expr, envir = env), error = function(e) e)
+}
+
+doshm_worker_eval <- function(args) doshm_run(args, doshm_state$expr, doshm_state$env)
+
+# Drop the loop's state so that the worker holds no view after the loop.
+doshm_worker_done <- function() {
+  if (isTRUE(doshm_state$attached)) {
+    while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE)
+  }
+  rm(list = ls(doshm_state, all.names = TRUE), envir = doshm_state)
+  NULL
+}
+
+doshm_worker_chunk <- function(chunk, expr, exportenv, pkgname, packages, attach) {
+  on.exit(if (attach) while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE))
+  msg <- doshm_setup(exportenv, pkgname, packages, attach)
+  if (!is.null(msg)) return(structure(list(message = msg), class = "doshm_init_error"))
+  lapply(chunk, doshm_run, expr = expr, env = exportenv)
+}

@@ -1,0 +1,202 @@
+# pageshare's own persistent pool of PSOCK workers.
+#
+# Started on first use (registerDoShm() without a cluster, memApply()/memLapply()
+# without CLUSTER), reused by every later call, stopped by stop_workers(), when
+# the package is unloaded, and when R exits (finalizer with onexit = TRUE).
+
+pool <- new.env(parent = emptyenv())   # $cl (cluster), $pids (integer)
+
+# Called from .onLoad (a finalizer registered while the package is built would
+# not survive into the installed namespace).
+arm_pool_finalizer <- function() {
+  reg.finalizer(pool, function(e) stop_pool(e), onexit = TRUE)
+  invisible()
+}
+
+stop_pool <- function(env = pool) {
+  cl <- env$cl
+  env$cl <- NULL
+  env$pids <- NULL
+  if (!is.null(cl)) tryCatch(parallel::stopCluster(cl), error = function(e) NULL)
+  invisible(!is.null(cl))
+}
+
+#' Stop pageshare's worker pool
+#'
+#' pageshare keeps a pool of background R processes (a PSOCK cluster with
+#' pageshare loaded) for [registerDoShm()] without a cluster and for
+#' [memApply()] / [memLapply()] without `CLUSTER`. The pool is started on first
+#' use and reused afterwards; it is stopped when R exits, or earlier by
+#' `stop_workers()`. The next call that needs workers starts a new pool.
+#'
+#' @return `TRUE` if a pool was running (and is now stopped), else `FALSE`,
+#'   invisibly.
+#' @seealso [pageshare_options] (option `pageshare.workers`)
+#' @examples
+#' stop_workers()
+#' @export
+stop_workers <- function() stop_pool(pool)
+
+# The pool, with at least `n` workers; returns its first `n` nodes.
+pool_workers <- function(n = NULL) {
+  if (is.null(n)) n <- worker_count()
+  n <- check_cores(n, "cores")
+  cl <- pool$cl
+  if (is.null(cl) || length(cl) < n) {
+    stop_pool(pool)
+    cl <- parallel::makePSOCKcluster(n)
+    info <- tryCatch(load_on_workers(cl), error = function(e) {
+      tryCatch(parallel::stopCluster(cl), error = function(e2) NULL)
+      stop(e)
+    })
+    pool$cl <- cl
+    pool$pids <- info$pid
+  }
+  if (length(cl) == n) cl else cl[seq_len(n)]
+}
+
+# Process ids of the pool's workers (integer(0) when no pool is running).
+pool_pids <- function() if (is.null(pool$pids)) integer() else pool$pids
+
+check_cores <- function(n, arg) {
+  if (!is.numeric(n) || length(n) != 1L || is.na(n) || n < 1) {
+    pageshare_stop("cores", arg, paste(format(n), collapse = " "))
+  }
+  as.integer(n)
+}
+
+# Runs on a worker. Its environment is the global environment so that it can be
+# unserialized by a worker that does not have pageshare (yet).
+worker_load_pageshare <- function(paths) {
+  err <- tryCatch({
+    suppressPackageStartupMessages(
+      library("pageshare", lib.loc = unique(c(.libPaths(), paths)), character.only = TRUE))
+    ""
+  }, error = function(e) conditionMessage(e))
+  list(err = err, pid = Sys.getpid(), host = Sys.info()[["nodename"]])
+}
+environment(worker_load_pageshare) <- globalenv()
+
+# Loads pageshare on every worker of `cl` (rule: a worker that receives a handle
+# has pageshare loaded); a clear error names the worker that cannot load it.
+load_on_workers <- function(cl) {
+  res <- parallel::clusterCall(cl, worker_load_pageshare, .libPaths())
+  bad <- which(vapply(res, function(r) nzchar(r$err), logical(1)))
+  if (length(bad)) pageshare_stop("worker_load", bad[1L], res[[bad[1L]]]$err)
+  list(pid = vapply(res, function(r) as.integer(r$pid), integer(1)),
+       host = vapply(res, function(r) r$host, ""))
+}
+
+# Are all nodes of `cl` on this machine? Views may only travel as handles to
+# processes that can map this machine's /dev/shm (DESIGN rule 2). Decided from
+# the node's host field, without a round trip.
+is_local_cluster <- function(cl) {
+  here <- c("localhost", "127.0.0.1", "::1", Sys.info()[["nodename"]])
+  all(vapply(cl, function(node) {
+    h <- node$host
+    is.null(h) || as.character(h)[1L] %in% here
+  }, logical(1)))
+}
+
+# Evaluate `expr` inside the handle scope when the cluster is local, else plainly.
+with_handles_if <- function(local, expr) {
+  if (local) with_handles(expr) else expr
+}
+
+# Replace large shareable values (vectors; lists/data frames leaf by leaf) by
+# views. `state` is an environment; `state$warned` makes the fallback warn once.
+# A failure to share (e.g. a full /dev/shm) sends the plain value.
+share_large <- function(x, state, threshold = share_threshold()) {
+  if (is.null(x) || is.function(x) || is.environment(x)) return(x)
+  if (is_shareable_vector(x)) {
+    if (is_shared(x) || as.numeric(utils::object.size(x)) < threshold) return(x)
+    return(try_share(x, state))
+  }
+  if (typeof(x) == "list" && !isS4(x) && length(x)) {
+    if (as.numeric(utils::object.size(x)) < threshold) return(x)
+    # Inside a large list, share every leaf of at least one page.
+    leaf <- min(threshold, 4096)
+    changed <- FALSE
+    out <- x
+    for (i in seq_along(x)) {
+      el <- x[[i]]
+      before <- state$count %||% 0L
+      new <- if (is_shareable_vector(el)) {
+        if (!is_shared(el) && as.numeric(utils::object.size(el)) >= leaf) try_share(el, state) else el
+      } else if (typeof(el) == "list") {
+        share_large(el, state, leaf)
+      } else el
+      if ((state$count %||% 0L) > before) {
+        if (!changed) {
+          attrs <- attributes(x)
+          out <- unclass(x)
+          changed <- TRUE
+        }
+        out[i] <- list(new)
+      }
+    }
+    if (changed) attributes(out) <- attrs
+    return(out)
+  }
+  x
+}
+
+try_share <- function(x, state) {
+  tryCatch({
+    v <- share(x)
+    state$count <- (state$count %||% 0L) + 1L
+    v
+  }, pageshare_error = function(e) {
+    if (!isTRUE(state$warned)) {
+      state$warned <- TRUE
+      warning(sprintf("pageshare: sending data by plain serialization instead of shared memory: %s",
+                      conditionMessage(e)), call. = FALSE)
+    }
+    x
+  })
+}
+
+`%||%` <- function(a, b) if (is.null(a)) b else a
+
+# A tiny uncompiled closure (environment: the global environment) that calls
+# pageshare's internal function `name` on the worker. Sending this instead of
+# the byte-compiled function keeps small task messages small: a message larger
+# than R's 4 KiB connection buffer is written in pieces, and on R 4.2's sockets
+# (no TCP_NODELAY) the second piece waits ~40 ms for a delayed ACK.
+worker_stub <- function(name) {
+  target <- as.call(list(as.name(":::"), "pageshare", name))
+  body <- as.call(list(target, as.name("...")))
+  f <- eval(call("function", as.pairlist(alist(... = )), body), globalenv())
+  attr(f, "srcref") <- NULL
+  f
+}
+
+# A closure whose environment is a function frame (not the global environment,
+# a namespace or a package) carries that frame when serialized. If the frame
+# holds large shareable values, return a copy of the closure whose environment
+# is a copy of the frame with those values replaced by views (same parent), so
+# that they cross as handles. Only the closure's own frame is looked at. A frame
+# that cannot be read (e.g. a promise that fails) leaves the closure unchanged.
+share_fun_env <- function(f, state, threshold = share_threshold()) {
+  if (typeof(f) != "closure") return(f)
+  e <- environment(f)
+  if (!is_frame_env(e)) return(f)
+  nms <- ls(e, all.names = TRUE)
+  if (!length(nms) || length(nms) > 1000L) return(f)
+  before <- state$count %||% 0L
+  out <- tryCatch({
+    vals <- mget(nms, envir = e, inherits = FALSE)
+    shared <- lapply(vals, function(v) if (is.function(v)) v else share_large(v, state, threshold))
+    if ((state$count %||% 0L) == before) NULL else {
+      ne <- list2env(shared, parent = parent.env(e))
+      environment(f) <- ne
+      f
+    }
+  }, error = function(err) NULL)
+  if (is.null(out)) f else out
+}
+
+is_frame_env <- function(e) {
+  !(is.null(e) || identical(e, globalenv()) || identical(e, emptyenv()) || identical(e, baseenv()) ||
+      isNamespace(e) || startsWith(environmentName(e), "package:") || environmentIsLocked(e))
+}
