@@ -24,7 +24,9 @@ pageshare_messages <- list(
   name_needs_namespace = "`%s` names a registered variable, so `NAMESPACE` must be given as a single string",
   vars_format = "`VARS` must be a named list of values or a character vector of variables registered in `NAMESPACE`",
   fun_failed = "%s: `FUN` failed on %s: %s",
-  max_cores = "`MAX.CORES` must be a single positive number, not %s"
+  max_cores = "`MAX.CORES` must be a single positive number, not %s",
+  future_workers = "`workers` must be a single positive whole number of background R sessions (or a function returning one), not %s",
+  future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 
 pageshare_stop <- function(key, ..., call = NULL) {

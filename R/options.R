@@ -24,6 +24,11 @@
 #'    `eval()` in a new environment) cannot be seen to die; above this many
 #'    cached bytes the least recently used such entries are dropped (their views
 #'    stay valid). `forget_shared()` drops them all.}
+#'  \item{`pageshare.share_results`}{(logical; default `TRUE`) Whether the
+#'    workers of [shm_multisession()] return large values (at least
+#'    `pageshare.threshold` bytes) through a shared segment that the caller then
+#'    owns, instead of through the socket. Read by the caller when a future is
+#'    launched.}
 #' }
 #' @name pageshare_options
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit

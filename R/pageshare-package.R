@@ -17,6 +17,8 @@
   tryCatch(.Call(ps_sweep, segment_dir()), error = function(e) NULL)
   arm_gc_hook()
   arm_pool_finalizer()
+  # S3 methods for future (a suggested package), registered when it is loaded.
+  hook_future_methods()
   invisible()
 }
 

@@ -1,0 +1,460 @@
+#' A multisession future backend that shares large globals
+#'
+#' `plan(shm_multisession)` behaves like `plan(multisession)` (the same
+#' background R sessions on this machine, the same arguments, [future::tweak()],
+#' `nbrOfWorkers()`, `nbrOfFreeWorkers()`, workers stopped when the plan
+#' changes) with one difference: when a future is launched, each of its globals
+#' that is a shareable vector of at least `getOption("pageshare.threshold")`
+#' bytes (also inside lists and data frame columns) is copied once into POSIX
+#' shared memory ([share()]), and the worker receives a handle of a few hundred
+#' bytes instead of the data. Every worker reads the same pages through a
+#' read-only view; the next future (for example the next chunk of a
+#' `future_lapply()`) that uses the same object reuses the same segment.
+#' Globals that are already views (`X <- share(X)`) are sent as handles too.
+#' Large vectors that a function global reaches through its environment (for
+#' example `X` in `future_lapply(idx, function(j) f(X[, j]))` run inside a
+#' function) are shared as well: while the future is sent, their bindings are
+#' swapped for views (equal values) and put back right after.
+#'
+#' Results travel the same way in reverse: a value of at least the threshold
+#' computed by a worker is written into a segment there and the caller receives
+#' a handle and becomes the segment's owner (option `pageshare.share_results`,
+#' see [pageshare_options]). `value()` then returns a view.
+#'
+#' Existing code runs unchanged: replace `plan(multisession)` by
+#' `plan(shm_multisession)`.
+#'
+#' @section Globals size limit:
+#' future (1.31, and any version before 1.40) checks the total size of a
+#' future's globals against `getOption("future.globals.maxSize")` (500 MiB by
+#' default) in the calling session, when the future is *created*, before any
+#' backend code runs; it counts a view at its full size. `shm_multisession`
+#' therefore cannot lift this limit by itself, and it does not change global
+#' options behind your back. The limit exists to stop a large object from being
+#' copied to every worker, which `shm_multisession` does not do for shareable
+#' vectors, so when you use it with large data set the limit yourself, e.g.
+#' `options(future.globals.maxSize = +Inf)` (future.apply and furrr honour the
+#' same option). Globals that cannot be shared (character vectors,
+#' environments) still travel by serialization, exactly as with `multisession`.
+#'
+#' @section Fallback:
+#' If a global cannot be put into shared memory (for example because the
+#' segment directory is full), the future is sent by plain serialization, as
+#' `multisession` would send it, with one warning. `shm_multisession` never
+#' fails where `multisession` would succeed.
+#'
+#' @section future >= 1.40:
+#' The function also carries a `"factory"` attribute for the `FutureBackend`
+#' API of future 1.40 and later (a `MultisessionFutureBackend` whose futures
+#' get the same globals treatment in `launchFuture()`). That path is written
+#' against the future 1.40/1.70 sources and is **untested**: future >= 1.40
+#' could not be installed where this package was developed.
+#'
+#' @param ... Further arguments passed on as to [future::multisession()]
+#'   (for example `rscript_startup`).
+#' @param workers Number of background R sessions (or a function returning
+#'   it), as for [future::multisession()].
+#' @param lazy If `TRUE`, the future is not launched until its value is needed.
+#' @param rscript_libs Library paths of the workers; pageshare must be
+#'   installed in one of them.
+#' @param envir The environment from which globals are taken.
+#' @return A future (when called by the future framework); use it through
+#'   `future::plan(shm_multisession)`.
+#' @seealso [share()], [future::multisession()], [pageshare_options]
+#' @examples
+#' \donttest{
+#' if (requireNamespace("future", quietly = TRUE)) {
+#'   old <- future::plan(shm_multisession, workers = 2)
+#'   X <- matrix(rnorm(2e5), ncol = 20)      # 1.6 MB: shared once
+#'   f <- future::future(c(is_shared(X), sum(X[, 1])))
+#'   future::value(f)
+#'   future::plan(old)
+#' }
+#' }
+#' @export
+shm_multisession <- function(..., workers = parallelly::availableCores(), lazy = FALSE,
+                             rscript_libs = .libPaths(), envir = parent.frame()) {
+  if (is.function(workers)) workers <- workers()
+  workers <- structure(as.integer(workers), class = class(workers))
+  if (length(workers) != 1L || is.na(workers) || !is.finite(workers) || workers < 1L) {
+    pageshare_stop("future_workers", paste(format(workers), collapse = " "))
+  }
+  if (workers == 1L && !inherits(workers, "AsIs")) {
+    return(future::sequential(..., lazy = TRUE, envir = envir))
+  }
+  f <- future::MultisessionFuture(..., workers = workers, lazy = TRUE,
+                                  rscript_libs = rscript_libs, envir = envir)
+  class(f) <- c("ShmMultisessionFuture", class(f))
+  if (!lazy) f <- future::run(f)
+  invisible(f)
+}
+class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
+                             "multiprocess", "future", "function")
+attr(shm_multisession, "init") <- TRUE
+attr(shm_multisession, "untweakable") <- "persistent"
+
+# future >= 1.40 (FutureBackend API). UNTESTED: written from the future 1.40.0
+# and 1.70.0 sources. future 1.31 never reads this attribute.
+attr(shm_multisession, "factory") <- function(workers = parallelly::availableCores(),
+                                              rscript_libs = .libPaths(), ...) {
+  core <- future::MultisessionFutureBackend(workers = workers, rscript_libs = rscript_libs, ...)
+  if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
+  core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
+  class(core) <- c("ShmMultisessionFutureBackend", class(core))
+  core
+}
+
+# ---- the globals walk ---------------------------------------------------------
+
+# Bytes of the data of a shareable vector (no object.size(): it is slow on long
+# vectors and we only need an order of magnitude).
+data_bytes <- function(x) {
+  as.numeric(length(x)) * switch(typeof(x), logical = 4, integer = 4, double = 8,
+                                 complex = 16, raw = 1, 0)
+}
+
+# Replace every shareable vector >= threshold in `x` (walking lists and data
+# frame columns) by its view and return the result. Appends the views (new or
+# already present) to state$views; the first pageshare_error met is kept in
+# state$failed (nothing more is shared from then on).
+swap_in_views <- function(x, threshold, state, depth = 0L) {
+  if (is_shared(x)) {
+    state$views[[length(state$views) + 1L]] <- x
+    return(x)
+  }
+  if (is_shareable_vector(x)) {
+    if (!is.null(state$failed) || data_bytes(x) < threshold) return(x)
+    v <- tryCatch(share(x), pageshare_error = function(e) {
+      state$failed <- e
+      NULL
+    })
+    if (is.null(v)) return(x)
+    state$views[[length(state$views) + 1L]] <- v
+    return(v)
+  }
+  if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L) {
+    out <- NULL
+    for (i in seq_along(x)) {
+      el <- .subset2(x, i)
+      if (is.null(el)) next
+      before <- length(state$views)
+      new <- swap_in_views(el, threshold, state, depth + 1L)
+      if (length(state$views) > before) {
+        if (is.null(out)) out <- unclass(x)
+        out[i] <- list(new)
+      }
+    }
+    if (!is.null(out)) {
+      attributes(out) <- attributes(x)
+      return(out)
+    }
+  }
+  x
+}
+
+# The globals of a future with large shareable leaves swapped for views.
+# Returns NULL when nothing is (or can be) shared; otherwise the new globals
+# with attributes "pageshare_views" (keep them alive until the result is in)
+# and "pageshare_restore" (bindings swapped in closure environments; put them
+# back with restore_bindings() once the future has been sent).
+share_globals <- function(globals) {
+  if (length(globals) == 0L) return(NULL)
+  state <- new.env(parent = emptyenv())
+  state$views <- list()
+  state$failed <- NULL
+  state$restore <- list()
+  state$envs <- list()
+  threshold <- share_threshold()
+  g <- globals
+  for (i in seq_along(globals)) {
+    el <- .subset2(globals, i)
+    if (is.null(el)) next
+    if (typeof(el) == "closure") {
+      swap_in_closure_env(environment(el), threshold, state)
+      next
+    }
+    before <- length(state$views)
+    new <- swap_in_views(el, threshold, state)
+    if (length(state$views) > before) g[[names(globals)[i]]] <- new
+  }
+  if (!is.null(state$failed)) {
+    restore_bindings(state$restore)
+    warning(structure(class = c("pageshare_fallback", "warning", "condition"), list(
+      message = sprintf(paste0(
+        "pageshare: a global could not be put into shared memory (%s); ",
+        "this future sends its globals by plain serialization, as multisession does"),
+        conditionMessage(state$failed)),
+      call = NULL)))
+    return(NULL)
+  }
+  if (length(state$views) == 0L) return(NULL)
+  attr(g, "pageshare_views") <- state$views
+  attr(g, "pageshare_restore") <- state$restore
+  g
+}
+
+# A function global (future.apply's FUN, a closure made inside a function)
+# carries its environment chain, up to the global environment, when it is
+# serialized, and large objects it uses often live there rather than among the
+# globals. Bindings there that hold large shareable values (plain bindings only:
+# promises are never forced, active and locked bindings are left alone) are
+# swapped for views *in place* while the future is sent, and put back
+# afterwards (restore_bindings()). A view has the same value as what it
+# replaces, so code that runs meanwhile sees the same data.
+swap_in_closure_env <- function(env, threshold, state) {
+  depth <- 0L
+  while (is.environment(env) && depth < 25L && !is_stop_env(env)) {
+    seen <- FALSE
+    for (e in state$envs) if (identical(e, env)) { seen <- TRUE; break }
+    if (seen) return(invisible())
+    state$envs[[length(state$envs) + 1L]] <- env
+    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) {
+      if (bindingIsActive(nm, env) || bindingIsLocked(nm, env)) next
+      # substitute() gives a plain binding's value, and a promise's code
+      # (without forcing it).
+      val <- do.call(substitute, list(as.name(nm), env))
+      if (!(is_shareable_vector(val) && data_bytes(val) >= threshold) && typeof(val) != "list") next
+      before <- length(state$views)
+      new <- swap_in_views(val, threshold, state)
+      if (length(state$views) > before && is.null(state$failed)) {
+        state$restore[[length(state$restore) + 1L]] <- list(env = env, name = nm, value = val)
+        assign(nm, new, envir = env)
+      }
+    }
+    env <- parent.env(env)
+    depth <- depth + 1L
+  }
+  invisible()
+}
+
+is_stop_env <- function(env) {
+  identical(env, globalenv()) || identical(env, emptyenv()) || identical(env, baseenv()) ||
+    isNamespace(env) || startsWith(environmentName(env), "package:") ||
+    environmentIsLocked(env)
+}
+
+restore_bindings <- function(restore) {
+  for (r in rev(restore)) assign(r$name, r$value, envir = r$env)
+  invisible()
+}
+
+# Workers must have pageshare loaded before they receive a handle (an ALTREP
+# object whose class cannot be found becomes a zero-length vector with only a
+# warning). unserialize() loads the namespace by itself; this checks once per
+# cluster, while all its workers are idle, that they can.
+checked_clusters <- new.env(parent = emptyenv())
+
+check_workers_have_pageshare <- function(future) {
+  cl <- future$workers
+  name <- attr(cl, "name", exact = TRUE)
+  if (is.null(name) || isTRUE(checked_clusters[[name]])) return(invisible())
+  reg <- sprintf("workers-%s", name)
+  FutureRegistry <- get("FutureRegistry", envir = asNamespace("future"))
+  if (length(FutureRegistry(reg, action = "list")) > 0L) return(invisible()) # busy: next time
+  # (A failing call, e.g. a dead worker, is left for future to report.)
+  ok <- tryCatch(unlist(parallel::clusterCall(cl, function() {
+    requireNamespace("pageshare", quietly = TRUE)
+  })), error = function(e) NULL)
+  if (is.null(ok)) return(invisible())
+  if (!all(ok)) pageshare_stop("future_no_pageshare", paste(.libPaths(), collapse = ", "))
+  checked_clusters[[name]] <- TRUE
+  invisible()
+}
+
+# ---- results: large values come back through shared memory -------------------
+#
+# future has no hook between the evaluation of a future on the worker and the
+# serialization of its FutureResult. So the expression is wrapped (only while
+# the future is launched; future$expr is restored afterwards):
+#
+#   { pageshare:::worker_result_begin()
+#     pageshare:::worker_result(withVisible(<expr>), <threshold>) }
+#
+# On the worker, worker_result_begin() closes a handle scope left open by the
+# previous future; the expression is evaluated; if its value holds shareable
+# vectors >= threshold, shares them, disowns the new segments (this worker will
+# never unlink them) and opens the handle scope, so that the FutureResult
+# carries handles. The worker talks only to its master, and the scope is closed
+# again at the start of the next future. The value comes back wrapped in a
+# `pageshare_result` (value + worker pid); result() and resolved() on the master
+# unwrap it and adopt the segments the worker disowned: the master then unlinks
+# them when it no longer uses them. A segment nobody adopts (its future was
+# never collected) names the worker as owner and is swept once that worker is
+# gone.
+
+worker_scope_open <- new.env(parent = emptyenv())
+
+worker_result <- function(res, threshold) {
+  value <- res$value
+  shared <- NULL
+  if (!is.null(value) && (is_shareable_vector(value) || typeof(value) == "list")) {
+    state <- new.env(parent = emptyenv())
+    state$views <- list()
+    state$failed <- NULL
+    shared <- tryCatch(swap_in_views(value, threshold, state), error = function(e) NULL)
+    if (is.null(shared) || !is.null(state$failed) || length(state$views) == 0L) {
+      shared <- NULL
+    }
+  }
+  if (!is.null(shared)) {
+    # Views this worker received (its master's) go back as handles too; the
+    # ones it made itself are handed over.
+    mine <- Filter(function(v) isTRUE(shared_info(v)$owned_here), state$views)
+    for (v in mine) .Call(ps_disown, v)
+    # A handed-over segment is the master's to unlink: this worker must not
+    # hand out the same view again for the same source (identity cache).
+    if (length(mine)) forget_shared()
+    if (!isTRUE(worker_scope_open$open)) {
+      .Call(ps_scope, 1L)
+      worker_scope_open$open <- TRUE
+    }
+    value <- if (length(mine)) {
+      structure(list(value = shared, pid = Sys.getpid()), class = "pageshare_result")
+    } else {
+      shared
+    }
+  }
+  if (isTRUE(res$visible)) value else invisible(value)
+}
+
+worker_result_begin <- function() {
+  if (isTRUE(worker_scope_open$open)) {
+    .Call(ps_scope, -1L)
+    worker_scope_open$open <- FALSE
+  }
+  # future removed the previous future's globals, but an idle R process does
+  # not collect garbage: views of segments it no longer uses would stay mapped
+  # (and keep unlinked segments' pages alive). Collect when views are mapped.
+  if (length(.Call(ps_mapped))) invisible(gc(verbose = FALSE))
+  invisible()
+}
+
+wrap_expr <- function(expr) {
+  bquote({
+    pageshare:::worker_result_begin()
+    pageshare:::worker_result(withVisible(.(expr)), .(share_threshold()))
+  })
+}
+
+# Master side: unwrap a pageshare_result and adopt what the worker disowned.
+adopt_result <- function(future) {
+  res <- future$result
+  if (!inherits(res, "FutureResult") || !inherits(res$value, "pageshare_result")) return(invisible())
+  wrapped <- res$value
+  adopt_views(wrapped$value, wrapped$pid)
+  res["value"] <- list(wrapped$value)
+  future$result <- res
+  invisible()
+}
+
+adopt_views <- function(x, pid, depth = 0L) {
+  if (is_shared(x)) {
+    info <- shared_info(x)
+    if (!isTRUE(info$owned_here) && identical(as.integer(info$owner_pid), as.integer(pid))) {
+      tryCatch(.Call(ps_adopt, x), error = function(e) {
+        warning(sprintf("pageshare: could not take over segment %s from worker %d: %s",
+                        info$name, pid, conditionMessage(e)), call. = FALSE)
+      })
+    }
+  } else if (typeof(x) == "list" && depth < 50L) {
+    for (el in x) adopt_views(el, pid, depth + 1L)
+  }
+  invisible()
+}
+
+share_results_enabled <- function() {
+  isTRUE(getOption("pageshare.share_results", TRUE))
+}
+
+# ---- future 1.31: the run() method --------------------------------------------
+
+run.ShmMultisessionFuture <- function(future, ...) {
+  if (!identical(future$state, "created")) return(NextMethod())
+  if (share_results_enabled()) {
+    orig_expr <- future$expr
+    future$expr <- wrap_expr(orig_expr)
+    on.exit(future$expr <- orig_expr, add = TRUE)
+  }
+  orig <- future$globals
+  shared <- share_globals(orig)
+  if (is.null(shared)) return(NextMethod())
+  # The views must outlive the launch: the worker maps them when it
+  # unserializes, possibly after run() returned. They are dropped when the
+  # result has been collected (result() below) or with the future.
+  future$pageshare_views <- attr(shared, "pageshare_views")
+  restore <- attr(shared, "pageshare_restore")
+  attr(shared, "pageshare_views") <- NULL
+  attr(shared, "pageshare_restore") <- NULL
+  future$globals <- shared
+  on.exit({
+    future$globals <- orig
+    restore_bindings(restore)
+  }, add = TRUE)
+  with_handles(NextMethod())
+}
+
+result.ShmMultisessionFuture <- function(future, ...) {
+  # Once result() returns or fails (e.g. the worker died), the worker will not
+  # map the globals any more: drop the views (future may keep a failed future
+  # referenced for a long time).
+  on.exit(future$pageshare_views <- NULL, add = TRUE)
+  res <- NextMethod()
+  if (inherits(res, "FutureResult") && inherits(res$value, "pageshare_result")) {
+    if (is.null(future$result)) future$result <- res
+    adopt_result(future)
+    res <- future$result
+  }
+  future$pageshare_views <- NULL
+  res
+}
+
+resolved.ShmMultisessionFuture <- function(x, ...) {
+  ans <- NextMethod()
+  if (isTRUE(ans)) adopt_result(x)
+  ans
+}
+
+# ---- future >= 1.40: the launchFuture() method (UNTESTED) -------------------
+
+launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
+  orig <- future[["globals"]]
+  shared <- share_globals(orig)
+  if (is.null(shared)) return(NextMethod())
+  future[["pageshare_views"]] <- attr(shared, "pageshare_views")
+  restore <- attr(shared, "pageshare_restore")
+  attr(shared, "pageshare_views") <- NULL
+  attr(shared, "pageshare_restore") <- NULL
+  future[["globals"]] <- shared
+  on.exit({
+    future[["globals"]] <- orig
+    restore_bindings(restore)
+  }, add = TRUE)
+  with_handles(NextMethod())
+}
+# (Result sharing on >= 1.40 would wrap future[["expr"]] here the same way and
+# unwrap in a result() method for the future classes; not done, untestable here.)
+
+# ---- registration -------------------------------------------------------------
+
+# future is in Suggests: the methods are registered when (and if) the future
+# namespace is loaded, without loading it ourselves (workers unserializing a
+# handle load pageshare and should not pay for future).
+register_future_methods <- function(...) {
+  ns <- asNamespace("future")
+  registerS3method("run", "ShmMultisessionFuture", run.ShmMultisessionFuture, envir = ns)
+  registerS3method("result", "ShmMultisessionFuture", result.ShmMultisessionFuture, envir = ns)
+  registerS3method("resolved", "ShmMultisessionFuture", resolved.ShmMultisessionFuture, envir = ns)
+  if (exists("launchFuture", envir = ns, inherits = FALSE)) { # future >= 1.40
+    registerS3method("launchFuture", "ShmMultisessionFutureBackend",
+                     launchFuture.ShmMultisessionFutureBackend, envir = ns)
+  }
+  invisible()
+}
+
+hook_future_methods <- function() {
+  if (isNamespaceLoaded("future")) {
+    register_future_methods()
+  } else {
+    setHook(packageEvent("future", "onLoad"), register_future_methods)
+  }
+}

@@ -1,0 +1,292 @@
+# plan(shm_multisession): the transparent future backend.
+#
+# Every test starts its own plan, ends with plan(sequential) (no worker left),
+# restores the options it touched and checks that no segment is left in the
+# segment directory once the objects are gone.
+
+skip_if_not_installed("future")
+skip_on_os(c("windows", "mac", "solaris"))
+
+# Segments of this test run: new since the file started, created by this
+# process or by a process that is gone (our workers). Segments of unrelated
+# live processes sharing the directory (other R sessions) are not ours.
+segments_at_start <- pageshare::shared_segments(all = TRUE)
+segments_left <- function() {
+  # test_that() environments die without R decrementing reference counts, so
+  # the identity cache cannot see that their objects are gone: forget them.
+  pageshare::forget_shared()
+  for (i in 1:4) invisible(gc())
+  new <- setdiff(pageshare::shared_segments(all = TRUE), segments_at_start)
+  pid <- suppressWarnings(as.integer(sub("^pageshare\\.a\\.([0-9]+)\\..*$", "\\1", new)))
+  ours <- !is.na(pid) & (pid == Sys.getpid() | !file.exists(sprintf("/proc/%d", pid)))
+  new[ours]
+}
+
+# Run `code` under plan(shm_multisession, workers = 2); afterwards no worker,
+# no option changed, no segment.
+with_shm_plan <- function(code, workers = 2L, plan_spec = NULL) {
+  opts <- options()
+  if (is.null(plan_spec)) {
+    future::plan(pageshare::shm_multisession, workers = workers)
+  } else {
+    future::plan(plan_spec)
+  }
+  on.exit(future::plan(future::sequential), add = TRUE)
+  force(code)
+}
+
+expect_clean <- function(opts_before) {
+  future::plan(future::sequential)
+  expect_identical(segments_left(), character(0))
+  after <- options()
+  keys <- union(names(opts_before), names(after))
+  keys <- grep("^(pageshare|future)\\.", keys, value = TRUE)
+  expect_identical(after[keys], opts_before[keys])
+}
+
+alive <- function(pid) file.exists(sprintf("/proc/%d", pid)) &&
+  !grepl("^State:\\s+Z", grep("^State:", readLines(sprintf("/proc/%d/status", pid)), value = TRUE))
+
+big <- function(n = 2e5) as.double(seq_len(n)) # 1.6 MB > 1 MiB threshold
+
+test_that("futures, %<-%, futureCall give the same values as multisession", {
+  opts <- options()
+  with_shm_plan({
+    expect_s3_class(future::plan("next"), "shm_multisession")
+    expect_equal(future::nbrOfWorkers(), 2)
+    expect_equal(future::nbrOfFreeWorkers(), 2)
+    x <- 1:10
+    f <- future::future(sum(x))
+    expect_s3_class(f, "ShmMultisessionFuture")
+    expect_identical(future::value(f), 55L)
+    `%<-%` <- future::`%<-%`
+    y %<-% { x * 2L }
+    expect_identical(y, x * 2L)
+    g <- future::futureCall(function(a, b) a + sum(b), args = list(a = 1, b = big()))
+    expect_equal(future::value(g), 1 + sum(big()))
+    # the globals are restored exactly after launch
+    expect_false(is_shared(g$globals$args$b))
+    expect_identical(g$globals$args, list(a = 1, b = big()))
+    lz <- future::future(x[3], lazy = TRUE)
+    expect_identical(future::value(lz), 3L)
+    expect_false(withVisible(future::value(future::future(invisible(1))))$visible)
+    rm(f, g, lz)
+  })
+  expect_clean(opts)
+})
+
+test_that("a large global arrives as a view, shared once across chunks", {
+  opts <- options()
+  with_shm_plan({
+    X <- matrix(big(4e5), ncol = 40)
+    small <- 1:10
+    f <- future::future(list(is_shared(X), shared_info(X)$name, is_shared(small), sum(X)))
+    v <- future::value(f)
+    expect_true(v[[1]])
+    expect_false(v[[3]])
+    expect_equal(v[[4]], sum(X))
+    expect_false(is_shared(X))                 # the caller's X is untouched
+    names <- future.apply::future_lapply(seq_len(6), function(j) {
+      c(shared = is_shared(X), name = shared_info(X)$name, s = sum(X[, j]))
+    }, future.chunk.size = 1)
+    nm <- vapply(names, `[[`, "", "name")
+    expect_identical(unique(nm), v[[2]])      # one segment for all six futures
+    expect_true(all(vapply(names, `[[`, "", "shared") == "TRUE"))
+    # lists and data frame columns are walked; character columns stay plain
+    df <- data.frame(a = big(), b = as.character(seq_len(2e5)))
+    expect_identical(future::value(future::future(c(is_shared(df$a), is_shared(df$b)))),
+                     c(TRUE, FALSE))
+    # a view shared beforehand travels as a handle too
+    S <- share(big())
+    expect_identical(future::value(future::future(shared_info(S)$name)), shared_info(S)$name)
+    rm(f, X, df, S, names)
+  })
+  expect_clean(opts)
+})
+
+test_that("future_apply and furrr::future_map work", {
+  skip_if_not_installed("future.apply")
+  skip_if_not_installed("furrr")
+  opts <- options()
+  with_shm_plan({
+    X <- matrix(big(4e5), ncol = 8)
+    expect_equal(future.apply::future_apply(X, 2, sum), colSums(X))
+    expect_equal(furrr::future_map_dbl(1:8, function(j) sum(X[, j])), colSums(X))
+    rm(X)
+  })
+  expect_clean(opts)
+})
+
+test_that("a large result comes back through a segment the caller owns", {
+  opts <- options()
+  with_shm_plan({
+    f <- future::future(as.double(seq_len(3e5)))
+    v <- future::value(f)
+    expect_true(is_shared(v))
+    expect_true(shared_info(v)$owned_here)
+    expect_identical(v[], as.double(seq_len(3e5)))
+    l <- future::value(future::future(list(a = as.double(1:3e5), b = letters)))
+    expect_true(is_shared(l$a))
+    expect_identical(l$b, letters)
+    # resolved() first, then value()
+    g <- future::future(rep(1, 3e5))
+    while (!future::resolved(g)) Sys.sleep(0.01)
+    expect_true(shared_info(future::value(g))$owned_here)
+    # small results are unchanged
+    expect_identical(future::value(future::future(1:3)), 1:3)
+    rm(f, v, l, g)
+  })
+  expect_clean(opts)
+})
+
+test_that("a worker returning the same large object twice hands over a new segment each time", {
+  opts <- options()
+  # Z is kept in an environment attached on the worker (future empties the
+  # worker's global environment between futures).
+  with_shm_plan(workers = I(1L), {
+    v1 <- future::value(future::future({
+      e <- new.env()
+      assign("Z", as.double(seq_len(3e5)), envir = e)
+      get("attach", baseenv())(e, name = "pageshare_test_z")
+      get("Z", pos = "pageshare_test_z")
+    }, globals = FALSE))
+    n1 <- shared_info(v1)$name
+    rm(v1)
+    for (i in 1:3) invisible(gc())           # the caller unlinks the first segment
+    v2 <- future::value(future::future(get("Z", pos = "pageshare_test_z"), globals = FALSE))
+    expect_true(is_shared(v2))
+    expect_false(identical(shared_info(v2)$name, n1))
+    expect_identical(v2[], as.double(seq_len(3e5)))
+    rm(v2)
+  })
+  expect_clean(opts)
+})
+
+test_that("conditions, stdout and errors are relayed as with multisession", {
+  opts <- options()
+  with_shm_plan({
+    X <- big()
+    f <- future::future({ cat("hello\n"); message("msg"); warning("careful"); sum(X) })
+    expect_output(expect_message(expect_warning(v <- future::value(f), "careful"), "msg"), "hello")
+    expect_equal(v, sum(X))
+    e <- future::future(stop("boom ", length(X)))
+    expect_error(future::value(e), "boom 2e\\+05|boom 200000")
+    rm(f, e, X)
+  })
+  expect_clean(opts)
+})
+
+test_that("future.seed = 42 gives the same numbers as multisession", {
+  skip_if_not_installed("future.apply")
+  opts <- options()
+  X <- big()
+  run <- function() future.apply::future_lapply(1:4, function(i) runif(2) + X[i], future.seed = 42)
+  with_shm_plan(a <- run())
+  with_shm_plan(b <- run(), plan_spec = future::tweak(future::multisession, workers = 2))
+  expect_identical(a, b)
+  rm(X)
+  expect_clean(opts)
+})
+
+test_that("the globals size limit of future 1.31 applies as documented", {
+  opts <- options()
+  with_shm_plan({
+    X <- big(3e5) # 2.4 MB
+    old <- options(future.globals.maxSize = 1e6)
+    on.exit(options(old), add = TRUE)
+    # checked when the future is created, before the backend runs
+    expect_error(future::future(sum(X)), "future.globals.maxSize|exceeds the maximum")
+    options(future.globals.maxSize = +Inf)  # the documented recommendation
+    expect_equal(future::value(future::future(sum(X))), sum(X))
+    options(old)
+    rm(X)
+  })
+  expect_clean(opts)
+})
+
+test_that("a global that cannot be shared falls back to serialization with one warning", {
+  opts <- options()
+  with_shm_plan({
+    X <- big(); Y <- big() + 1
+    old <- options(pageshare.dir = file.path(tempdir(), "no-such-dir"))
+    on.exit(options(old), add = TRUE)
+    w <- 0
+    v <- withCallingHandlers(
+      future::value(future::future(c(is_shared(X), is_shared(Y), sum(X) + sum(Y)))),
+      pageshare_fallback = function(c) { w <<- w + 1; invokeRestart("muffleWarning") })
+    options(old)
+    expect_identical(w, 1)
+    expect_equal(v, c(0, 0, sum(X) + sum(Y)))
+    rm(X, Y)
+  })
+  expect_clean(opts)
+})
+
+test_that("switching plans leaves no worker and no segment", {
+  opts <- options()
+  with_shm_plan({
+    X <- big()
+    pids <- unlist(future.apply::future_lapply(1:2, function(i) { Sys.sleep(0.2); c(Sys.getpid(), length(X)) }))
+    pids <- unique(pids[pids != length(X)])
+    expect_true(length(pids) >= 1)
+    future::plan(future::sequential)
+    deadline <- Sys.time() + 5
+    while (any(vapply(pids, alive, NA)) && Sys.time() < deadline) Sys.sleep(0.05)
+    expect_false(any(vapply(pids, alive, NA)))
+    rm(X)
+  })
+  expect_clean(opts)
+})
+
+test_that("a worker killed mid-future gives a FutureError and the next future runs", {
+  opts <- options()
+  with_shm_plan({
+    X <- big()
+    pid <- future::value(future::future(Sys.getpid()))
+    f <- future::future({ tools::pskill(Sys.getpid(), tools::SIGKILL); Sys.sleep(5); sum(X) })
+    expect_error(future::value(f), class = "FutureError")
+    expect_equal(future::value(future::future(sum(X))), sum(X))
+    rm(f, X)
+  })
+  expect_clean(opts)
+})
+
+test_that("nested plan: a view sent to a plain cluster worker arrives as data", {
+  opts <- options()
+  with_shm_plan(plan_spec = list(future::tweak(future::cluster, workers = 1L),
+                                 future::tweak(pageshare::shm_multisession, workers = 2L)), {
+    X <- share(big())
+    f <- future::future({
+      inner <- future::value(future::future(is_shared(X)))
+      c(outer_view = pageshare::is_shared(X), inner_view = inner, s = sum(X))
+    })
+    v <- future::value(f)
+    expect_identical(unname(v[1:2]), c(0, 1))   # data in the cluster worker, a view one level down
+    expect_equal(unname(v[3]), sum(X))
+    rm(f, X)
+  })
+  expect_clean(opts)
+})
+
+test_that("progressr updates from future_lapply reach the caller", {
+  skip_if_not_installed("progressr")
+  skip_if_not_installed("future.apply")
+  opts <- options()
+  with_shm_plan({
+    old <- options(progressr.enable = TRUE) # FALSE by default when not interactive
+    on.exit(options(old), add = TRUE)
+    X <- big()
+    n <- 0
+    progressr::with_progress({
+      p <- progressr::progressor(steps = 4)
+      withCallingHandlers(
+        r <- future.apply::future_lapply(1:4, function(i) { p(); sum(X[i]) }),
+        progression = function(c) n <<- n + 1)
+    }, handlers = progressr::handler_void())
+    options(old)
+    expect_identical(n, 4)
+    expect_equal(unlist(r), X[1:4])
+    rm(X, p, r)
+  })
+  expect_clean(opts)
+})
