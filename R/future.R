@@ -34,8 +34,8 @@
 #' copied to every worker, which `shm_multisession` does not do for shareable
 #' vectors, so when you use it with large data set the limit yourself, e.g.
 #' `options(future.globals.maxSize = +Inf)` (future.apply and furrr honour the
-#' same option). Globals that cannot be shared (character vectors,
-#' environments) still travel by serialization, exactly as with `multisession`.
+#' same option). Globals that cannot be shared (environments, functions'
+#' code) still travel by serialization, exactly as with `multisession`.
 #'
 #' @section Fallback:
 #' If a global cannot be put into shared memory (for example because the
@@ -82,6 +82,12 @@ shm_multisession <- function(..., workers = parallelly::availableCores(), lazy =
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
+  # TCP_NODELAY on the caller's side of the worker sockets (parallelly sets it
+  # on the workers' side): without it every message larger than one segment
+  # waits ~40 ms for a delayed ACK (Nagle), which made a trivial future cost
+  # ~50 ms. Only connections opened now (the workers' start) are affected.
+  old <- options(socketOptions = "no-delay")
+  on.exit(options(old), add = TRUE)
   f <- future::MultisessionFuture(..., workers = workers, lazy = TRUE,
                                   rscript_libs = rscript_libs, envir = envir)
   class(f) <- c("ShmMultisessionFuture", class(f))
@@ -109,8 +115,18 @@ attr(shm_multisession, "factory") <- function(workers = parallelly::availableCor
 # Bytes of the data of a shareable vector (no object.size(): it is slow on long
 # vectors and we only need an order of magnitude).
 data_bytes <- function(x) {
+  if (is.character(x)) return(character_bytes(x))
   as.numeric(length(x)) * switch(typeof(x), logical = 4, integer = 4, double = 8,
                                  complex = 16, raw = 1, 0)
+}
+
+# Bytes a character vector would take to serialize: a pointer-sized entry per
+# element plus its text (counting the text only when the entries alone are
+# below the threshold, since nchar() walks every string).
+character_bytes <- function(x, threshold = share_threshold()) {
+  entries <- 8 * as.numeric(length(x))
+  if (entries >= threshold) return(entries)
+  entries + sum(nchar(x, type = "bytes"), na.rm = TRUE)
 }
 
 # Replace every shareable vector >= threshold in `x` (walking lists and data

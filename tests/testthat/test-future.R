@@ -92,10 +92,10 @@ test_that("a large global arrives as a view, shared once across chunks", {
     nm <- vapply(names, `[[`, "", "name")
     expect_identical(unique(nm), v[[2]])      # one segment for all six futures
     expect_true(all(vapply(names, `[[`, "", "shared") == "TRUE"))
-    # lists and data frame columns are walked; character columns stay plain
+    # lists and data frame columns are walked; character columns are shared too
     df <- data.frame(a = big(), b = as.character(seq_len(2e5)))
     expect_identical(future::value(future::future(c(is_shared(df$a), is_shared(df$b)))),
-                     c(TRUE, FALSE))
+                     c(TRUE, TRUE))
     # a view shared beforehand travels as a handle too
     S <- share(big())
     expect_identical(future::value(future::future(shared_info(S)$name)), shared_info(S)$name)
@@ -289,4 +289,14 @@ test_that("progressr updates from future_lapply reach the caller", {
     rm(X, p, r)
   })
   expect_clean(opts)
+})
+
+test_that("a trivial future does not wait for delayed ACKs (TCP_NODELAY)", {
+  skip_if_not_installed("future")
+  old <- future::plan(shm_multisession, workers = 2)
+  on.exit(future::plan(old))
+  for (i in 1:3) future::value(future::future(1))
+  ms <- median(vapply(1:15, function(i) system.time(future::value(future::future(1)))[["elapsed"]], 0)) * 1000
+  # multisession measures ~50 ms here (Nagle + delayed ACK); no-delay ~8 ms
+  expect_lt(ms, 25)
 })

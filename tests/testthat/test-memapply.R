@@ -160,6 +160,14 @@ test_that("per-call overhead on a 10x10 matrix with warm workers is small", {
   expect_lt(per_call, 0.003)
 })
 
+test_that("large replies from the pool do not wait for delayed ACKs (TCP_NODELAY)", {
+  memApply(matrix(1:4, 2), 2, sum)                # the pool is up
+  cl <- pageshare:::pool_workers()
+  reply <- function() system.time(parallel::clusterCall(cl, function(n) runif(n), 2000))[["elapsed"]]
+  ms <- median(vapply(1:9, function(i) reply(), 0)) * 1000
+  expect_lt(ms, 20)                               # a 16 KB reply: ~43 ms with Nagle, ~1 ms without
+})
+
 test_that("memLapply: lists, vectors, VARS, names", {
   L <- list(a = matrix(1:4, 2), b = matrix(5:8, 2))
   w <- c(1, 2)
