@@ -18,11 +18,11 @@
 #'    by later calls, and stopped by [stop_workers()] or when R exits.}
 #'  \item{`pageshare.cache_limit`}{(numeric bytes; env `PAGESHARE_CACHE_LIMIT`;
 #'    default a quarter of the free space of `pageshare.dir` when the package loads)
-#'    The identity cache ("share once") keeps each shared source and its view
-#'    while the source is referenced. A source bound in an environment that was
-#'    discarded without R decrementing its reference count (`local()`,
-#'    `eval()` in a new environment) cannot be seen to die; above this many
-#'    cached bytes the least recently used such entries are dropped (their views
+#'    The identity cache ("share once") keeps the view of each shared source
+#'    (never the source itself) while the source is alive. The death of a large
+#'    source is seen at the next garbage collection (its memory returns to the
+#'    operating system); that of a small one may not be, so above this many
+#'    cached bytes the least recently used entries are dropped (their views
 #'    stay valid). `forget_shared()` drops them all.}
 #'  \item{`pageshare.share_results`}{(logical; default `TRUE`) Whether the
 #'    workers of [shm_multisession()] return large values (at least

@@ -16,27 +16,38 @@
   # A load must never fail because of this, hence the tryCatch.
   tryCatch(.Call(ps_sweep, segment_dir()), error = function(e) NULL)
   arm_gc_hook()
+  addTaskCallback(rearm_after_task, name = "pageshare")
   arm_pool_finalizer()
   # S3 methods for future (a suggested package), registered when it is loaded.
   hook_future_methods()
   invisible()
 }
 
-# After every garbage collection, drop identity-cache entries whose source object
-# nobody references any more (R offers no finalizers on vectors). The hook is an
-# environment whose finalizer re-arms a new one.
+# After a garbage collection, drop identity-cache entries whose source is gone
+# (R offers no finalizers on vectors). The hook is an environment with a
+# finalizer: it fires once, after the first collection that finds it, and is
+# re-armed after every top-level task and at every share(). (A hook re-armed
+# from inside its own finalizer is never collected again, so that is avoided.)
+gc_hook <- new.env(parent = emptyenv())
+gc_hook$armed <- FALSE
+
 arm_gc_hook <- function() {
-  hook <- new.env(parent = emptyenv())
-  reg.finalizer(hook, function(e) {
-    if (is.loaded("ps_cache_evict", PACKAGE = "pageshare")) {
-      .Call(ps_cache_evict, cache_limit())
-      arm_gc_hook()
-    }
+  if (isTRUE(gc_hook$armed)) return(invisible())
+  gc_hook$armed <- TRUE
+  reg.finalizer(new.env(parent = emptyenv()), function(e) {
+    gc_hook$armed <- FALSE
+    if (is.loaded("ps_cache_evict", PACKAGE = "pageshare")) .Call(ps_cache_evict, cache_limit())
   })
   invisible()
 }
 
+rearm_after_task <- function(expr, value, ok, visible) {
+  arm_gc_hook()
+  TRUE
+}
+
 .onUnload <- function(libpath) {
+  removeTaskCallback("pageshare")
   # Stop pageshare's own worker pool first: its workers may hold views.
   tryCatch(stop_pool(pool), error = function(e) NULL)
   # Unlink every segment this process owns. The DLL stays loaded: views that

@@ -47,6 +47,7 @@ share <- function(x) {
 }
 
 share_value <- function(x, where) {
+  arm_gc_hook()
   if (is_shareable_vector(x)) {
     return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir(), cache_limit()))
   }

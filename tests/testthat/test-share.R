@@ -119,26 +119,56 @@ test_that("a bad pageshare.dir is a clear error", {
   expect_error(share(1:3), "pageshare.dir", class = "pageshare_error")
 })
 
-test_that("the identity cache drops sources nobody references and honours its cap", {
+test_that("the identity cache never keeps a source alive and drops dead ones", {
   forget_shared()
-  # In a plain R session (test_that's own evaluation keeps extra references).
-  gone <- callr::r(function() {
+  # A large source (its memory goes back to the OS when freed) in a plain R session.
+  res <- callr::r(function() {
     library(pageshare)
-    x <- rnorm(1e4)
+    heap_mb <- function() { g <- gc(); sum(g[, 2]) }
+    x <- rnorm(5e6)                       # 40 MB
     v <- share(x)
     name <- shared_info(v)$name
-    rm(x, v)                              # nothing references the source any more
-    make <- function() { y <- rnorm(1e4); shared_info(share(y))$name }
-    name2 <- make()                       # the source died with make()'s frame
-    invisible(gc()); invisible(gc())
-    !(c(name, name2) %in% shared_segments(all = TRUE))
+    same <- identical(shared_info(share(x))$name, name)
+    rm(x, v)
+    invisible(gc()); invisible(gc()); invisible(gc())
+    gone <- !(name %in% shared_segments(all = TRUE))
+    # X <- share(X): the original is not held by the cache
+    X <- rnorm(5e6)
+    before <- heap_mb()
+    X <- share(X)
+    invisible(gc())
+    freed <- before - heap_mb()
+    # the source of a function frame that died
+    make <- function() { y <- rnorm(5e6); shared_info(share(y))$name }
+    name2 <- make()
+    invisible(gc()); invisible(gc()); invisible(gc())
+    list(same = same, gone = gone, freed = freed, gone2 = !(name2 %in% shared_segments(all = TRUE)))
   })
-  expect_identical(gone, c(TRUE, TRUE))
-  old <- options(pageshare.cache_limit = 1)   # bytes: only the newest entry stays
+  expect_true(res$same)
+  expect_true(res$gone)
+  expect_gt(res$freed, 35)                # MB of R heap released by X <- share(X)
+  expect_true(res$gone2)
+})
+
+test_that("an object at a dead source's address is not mistaken for it", {
+  forget_shared()
+  x <- rnorm(1e4)
+  v <- share(x)
+  y <- x
+  y[1] <- 99                              # x is not mutable: y is a copy
+  expect_identical(x[1], v[1])
+  expect_false(identical(shared_info(share(y))$name, shared_info(v)$name))
+  expect_identical(share(y)[1], 99)
+})
+
+test_that("the cache honours its byte cap, keeping the newest entry", {
+  forget_shared()
+  old <- options(pageshare.cache_limit = 1)   # bytes
   on.exit(options(old))
   a <- rnorm(1e4); b <- rnorm(1e4)
   va <- share(a); vb <- share(b)
   expect_identical(shared_info(share(b))$name, shared_info(vb)$name)
-  expect_identical(va, a)                 # an evicted entry's view stays valid
+  expect_false(identical(shared_info(share(a))$name, shared_info(va)$name))  # a's entry was dropped
+  expect_identical(va, a)                     # a dropped entry's view stays valid
   expect_gte(forget_shared(), 0)
 })

@@ -97,6 +97,17 @@ pub fn has_private_pages(ptr: *const u8, len: usize) -> Option<bool> {
     }))
 }
 
+/// Is the page holding `addr` mapped in this process? (msync() fails with ENOMEM
+/// on an unmapped range; it reads nothing.)
+pub fn is_mapped(addr: usize) -> bool {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let start = addr / page * page;
+    // SAFETY: msync only inspects the mapping of [start, start + page); with
+    // MS_ASYNC it schedules nothing for anonymous memory.
+    unsafe { libc::msync(start as *mut libc::c_void, page, libc::MS_ASYNC) == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +138,17 @@ mod tests {
         m[5000] = 2;
         assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(true));
         assert_eq!(has_private_pages(m[16384..].as_ptr(), m.len() - 16384), Some(false));
+    }
+
+    #[test]
+    fn unmapped_memory_is_seen_as_such() {
+        let m = memmap2::MmapMut::map_anon(1 << 16).unwrap();
+        let addr = m.as_ptr() as usize + 100;
+        assert!(is_mapped(addr));
+        drop(m);
+        assert!(!is_mapped(addr));
+        let on_stack = 5u64;
+        assert!(is_mapped(&on_stack as *const u64 as usize));
     }
 
     #[test]

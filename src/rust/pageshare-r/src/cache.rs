@@ -1,41 +1,86 @@
 //! Share once: the identity cache from R objects to their views.
 //!
-//! R cannot attach a finalizer or a weak reference to a vector, so the cache holds
-//! each source strongly, in a preserved two-element list `(source, view)`, and
-//! uses R's reference count to see when nobody else does: an entry whose source
-//! has a reference count of 1 (the cache's own) is evicted by [`evict_unused`],
-//! which runs before every share and after every garbage collection.
+//! R offers no finalizer or weak reference on a vector, and its reference counts
+//! are not decremented when a container is garbage-collected (a future's globals,
+//! a captured function frame), so neither can tell when a source dies. The cache
+//! therefore does not hold the source at all:
 //!
-//! The cache's reference also keeps the source safe from in-place writes: while a
-//! user binding exists too, the source is MAYBE_SHARED, so R duplicates it before
-//! writing, and the view stays equal to it. (A source whose count R has saturated, such
-//! as a compact sequence, is not cached at all.)
+//! - Identity: sharing writes a fresh token into the source's TRUELENGTH (unused
+//!   for ordinary, non-growable vectors; R sets it to 0 in every new vector) and
+//!   marks it not mutable, so it can never change in place. A later `share(y)`
+//!   finds the entry by `y`'s address and accepts it only if `y` carries the same
+//!   token: `y` is live (R passed it), so this never reads freed memory, and an
+//!   object that merely reuses a dead source's address has token 0.
+//! - Eviction: an entry whose source memory is no longer mapped (large vectors
+//!   are returned to the OS when freed) or no longer carries the token is
+//!   dropped before every share and after every garbage collection. Sources whose
+//!   death cannot be seen that way (small vectors in R's or malloc's heap) are
+//!   dropped least-recently-used first once the cached views exceed
+//!   `pageshare.cache_limit` bytes. Dropping an entry releases the cache's hold on
+//!   the view; the segment goes when the last view does.
+//!
 //! No lock is held while R is called.
 
 use crate::rapi::*;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// One cached source: its preserved `(source, view)` list, the view's size and
-/// when it was last used (for the size cap).
 #[derive(Clone, Copy)]
 struct Entry {
-    list: usize,
+    token: R_xlen_t,
+    /// The view, preserved (R_PreserveObject) while the entry exists.
+    view: usize,
     bytes: u64,
     used: u64,
 }
 
-/// Source address -> entry (addresses: R owns the objects).
+/// Source address -> entry.
 static ENTRIES: Lazy<Mutex<HashMap<usize, Entry>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-static CLOCK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static CLOCK: AtomicU64 = AtomicU64::new(1);
+/// Byte offset of TRUELENGTH in a vector's header, found at load (None: unknown,
+/// then only unmapping tells a source's death).
+static TRUELENGTH_OFFSET: Lazy<Mutex<Option<usize>>> = Lazy::new(|| Mutex::new(None));
 
 fn entries() -> std::sync::MutexGuard<'static, HashMap<usize, Entry>> {
     ENTRIES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn tick() -> u64 {
-    CLOCK.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    CLOCK.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Tokens are large and distinct from any capacity R would store in TRUELENGTH.
+fn fresh_token() -> R_xlen_t {
+    (0x5053_0000_0000_0000u64 | (tick() & 0x0000_ffff_ffff_ffff)) as R_xlen_t
+}
+
+/// Find where TRUELENGTH lives in a vector header (called once at load).
+///
+/// # Safety
+/// Main R thread, from the package's init routine.
+pub unsafe fn init() {
+    // SAFETY: a fresh, protected vector; we only read its own header bytes.
+    unsafe {
+        let v = Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, 1));
+        let marker: R_xlen_t = 0x1234_5678_9abc_def0;
+        SET_TRUELENGTH(v, marker);
+        let base = v as usize;
+        let data = DATAPTR(v) as usize;
+        let mut found = None;
+        let mut off = 8;
+        while base + off + 8 <= data {
+            if std::ptr::read_unaligned((base + off) as *const R_xlen_t) == marker {
+                found = Some(off);
+                break;
+            }
+            off += 8;
+        }
+        SET_TRUELENGTH(v, 0);
+        Rf_unprotect(1);
+        *TRUELENGTH_OFFSET.lock().unwrap_or_else(|p| p.into_inner()) = found;
+    }
 }
 
 /// The view already made for `x`, if `x` was shared before.
@@ -43,91 +88,104 @@ fn tick() -> u64 {
 /// # Safety
 /// Main R thread; `x` a valid SEXP.
 pub unsafe fn lookup(x: SEXP) -> Option<SEXP> {
-    let entry = {
-        let mut map = entries();
-        let e = map.get_mut(&(x as usize))?;
-        e.used = tick();
-        e.list as SEXP
-    };
-    // SAFETY: the entry is preserved until evicted, and it holds x, so x's address
-    // cannot have been reused while the entry exists.
+    // SAFETY: x is live; ALTREP objects have no TRUELENGTH to read.
     unsafe {
-        if VECTOR_ELT(entry, 0) != x {
+        if ALTREP(x) != 0 {
             return None;
         }
-        Some(VECTOR_ELT(entry, 1))
+        let tl = TRUELENGTH(x);
+        let mut map = entries();
+        let e = map.get_mut(&(x as usize))?;
+        if e.token != tl {
+            return None;
+        }
+        e.used = tick();
+        Some(e.view as SEXP)
     }
 }
 
-/// R's saturated reference count: an object marked not mutable (or referenced
-/// 65535 times) keeps it forever.
-const REFCNT_MAX: i32 = 65535;
-
-/// Remember that `view` is the shared copy of `x`. A source whose reference count
-/// is saturated is not cached: it could never be evicted (it would leak).
+/// Remember that `view` is the shared copy of `x`. ALTREP sources (compact
+/// sequences, other packages' classes) are not cached.
 ///
 /// # Safety
 /// Main R thread; `x` and `view` valid and protected by the caller.
 pub unsafe fn insert(x: SEXP, view: SEXP, bytes: u64) {
-    // SAFETY: reading the count of a valid object.
-    if unsafe { REFCNT(x) } >= REFCNT_MAX {
-        return;
+    // SAFETY: x is an ordinary live vector; SET_TRUELENGTH writes its own header.
+    unsafe {
+        if ALTREP(x) != 0 {
+            return;
+        }
+        let token = fresh_token();
+        SET_TRUELENGTH(x, token);
+        // It must never change in place now: R duplicates it before any write.
+        MARK_NOT_MUTABLE(x);
+        R_PreserveObject(view);
+        let old = entries().insert(x as usize, Entry { token, view: view as usize, bytes, used: tick() });
+        if let Some(old) = old {
+            R_ReleaseObject(old.view as SEXP);
+        }
     }
-    // SAFETY: the entry is protected until preserved; no lock is held meanwhile.
-    let entry = unsafe {
-        let entry = Rf_protect(Rf_allocVector(SEXPTYPE::VECSXP, 2));
-        SET_VECTOR_ELT(entry, 0, x);
-        SET_VECTOR_ELT(entry, 1, view);
-        R_PreserveObject(entry);
-        Rf_unprotect(1);
-        entry
-    };
-    entries().insert(x as usize, Entry { list: entry as usize, bytes, used: tick() });
 }
 
-/// Drop the entries whose source only the cache still references, then the
-/// least recently used ones while the cached views exceed `limit` bytes (a source
-/// bound in an environment that died without being cleaned up, e.g. by `local()`,
-/// keeps its reference count; the cap bounds what such entries can hold).
+/// Is the source at `addr` (which carried `token`) still there?
+fn source_alive(addr: usize, token: R_xlen_t) -> bool {
+    if !pageshare_core::os::is_mapped(addr) {
+        return false; // its memory went back to the OS
+    }
+    let off = *TRUELENGTH_OFFSET.lock().unwrap_or_else(|p| p.into_inner());
+    match off {
+        // SAFETY: the page is mapped; a stale read only makes us keep an entry.
+        Some(off) if pageshare_core::os::is_mapped(addr + off + 7) => unsafe {
+            std::ptr::read_volatile((addr + off) as *const R_xlen_t) == token
+        },
+        _ => true,
+    }
+}
+
+/// Drop the entries whose source is gone, then the least recently used ones
+/// while the cached views exceed `limit` bytes (never the one used last).
 /// Returns how many entries were dropped.
 ///
 /// # Safety
 /// Main R thread.
 pub unsafe fn evict_unused(limit: u64) -> usize {
-    let mut candidates: Vec<(usize, Entry)> = entries().iter().map(|(k, v)| (*k, *v)).collect();
-    candidates.sort_by_key(|(_, e)| e.used);
-    let mut total: u64 = candidates.iter().map(|(_, e)| e.bytes).sum();
-    let newest = candidates.last().map(|(k, _)| *k);
-    let mut evicted = 0;
-    for (key, entry) in candidates {
-        // The cap never drops the entry used last: it is the one being worked on.
-        let over_cap = total > limit && Some(key) != newest;
-        // SAFETY: preserved entries are valid until released below.
-        let unused = unsafe { REFCNT(VECTOR_ELT(entry.list as SEXP, 0)) <= 1 };
-        if unused || over_cap {
-            entries().remove(&key);
-            total -= entry.bytes;
-            // SAFETY: the entry was preserved by `insert` and is released once.
-            unsafe { R_ReleaseObject(entry.list as SEXP) };
-            evicted += 1;
+    let mut all: Vec<(usize, Entry)> = entries().iter().map(|(k, v)| (*k, *v)).collect();
+    all.sort_by_key(|(_, e)| e.used);
+    let newest = all.last().map(|(k, _)| *k);
+    let mut total: u64 = all.iter().map(|(_, e)| e.bytes).sum();
+    let mut dropped = 0;
+    for (addr, e) in all {
+        let gone = !source_alive(addr, e.token);
+        let over_cap = total > limit && Some(addr) != newest;
+        if gone || over_cap {
+            entries().remove(&addr);
+            total -= e.bytes;
+            // SAFETY: preserved once by `insert`, released once here.
+            unsafe { R_ReleaseObject(e.view as SEXP) };
+            dropped += 1;
         }
     }
-    evicted
+    dropped
 }
 
-/// Forget every entry (package unload).
+/// Forget every entry (package unload, `forget_shared()`).
 ///
 /// # Safety
 /// Main R thread.
 pub unsafe fn clear() -> usize {
     let all: Vec<Entry> = entries().drain().map(|(_, v)| v).collect();
-    for entry in &all {
-        // SAFETY: each entry was preserved once by `insert`.
-        unsafe { R_ReleaseObject(entry.list as SEXP) };
+    for e in &all {
+        // SAFETY: each view was preserved once by `insert`.
+        unsafe { R_ReleaseObject(e.view as SEXP) };
     }
     all.len()
 }
 
 pub fn len() -> usize {
     entries().len()
+}
+
+/// (address, bytes, source still seen alive) of every entry, for diagnostics.
+pub fn describe() -> Vec<(usize, u64, bool)> {
+    entries().iter().map(|(a, e)| (*a, e.bytes, source_alive(*a, e.token))).collect()
 }

@@ -54,6 +54,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_release_all / 0,
         ps_cache_size / 0,
         ps_cache_evict / 1,
+        ps_cache_entries / 0,
         ps_disown / 1,
         ps_adopt / 1,
         ps_namespace_variables / 2,
@@ -66,6 +67,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         R_registerRoutines(dll, std::ptr::null(), table.as_ptr(), std::ptr::null(), std::ptr::null());
         R_useDynamicSymbols(dll, Rboolean::FALSE);
         altrep::register(dll);
+        cache::init();
         libc::atexit(unlink_at_exit);
     }
     let _: c_int = 0;

@@ -182,14 +182,14 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -
         }
         let limit = Rf_asReal(cache_limit);
         let limit = if limit.is_finite() && limit >= 0.0 { limit as u64 } else { u64::MAX };
-        cache::evict_unused(limit);
         let dir = dir_arg(dir)?;
         let name = naming::anonymous().map_err(msg)?;
         let view = Rf_protect(copy_into_segment(x, &dir, &name, &[], false)?);
         adopt_attributes(view, attrs);
-        // The cache's reference makes x MAYBE_SHARED while the caller holds it too,
-        // so an in-place write to x duplicates it first (see cache.rs).
+        // Marks x not mutable: an in-place write would make it differ from its
+        // view, so R duplicates it first (see cache.rs).
         cache::insert(x, view, view_of(view).map_or(0, |v| v.bytes() as u64));
+        cache::evict_unused(limit);
         Rf_unprotect(1);
         Ok(view)
     })
@@ -394,6 +394,25 @@ pub extern "C" fn ps_release_all() -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_cache_size() -> SEXP {
     guard(|| unsafe { Ok(Rf_ScalarInteger(cache::len() as i32)) })
+}
+
+/// The identity cache's entries: list(address, bytes, alive), for diagnostics.
+#[no_mangle]
+pub extern "C" fn ps_cache_entries() -> SEXP {
+    guard(|| unsafe {
+        let d = cache::describe();
+        let addr: Vec<String> = d.iter().map(|e| format!("{:#x}", e.0)).collect();
+        let a = Rf_protect(strings(&addr));
+        let b = Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, d.len() as R_xlen_t));
+        let c = Rf_protect(Rf_allocVector(SEXPTYPE::LGLSXP, d.len() as R_xlen_t));
+        for (i, e) in d.iter().enumerate() {
+            *REAL(b).add(i) = e.1 as f64;
+            *LOGICAL(c).add(i) = e.2 as i32;
+        }
+        let out = named_list(&[("address", a), ("bytes", b), ("alive", c)]);
+        Rf_unprotect(3);
+        Ok(out)
+    })
 }
 
 /// Evict cache entries whose source is no longer referenced or that exceed

@@ -20,6 +20,8 @@ extern "C" {
     pub fn Rf_asInteger(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_asReal(x: SEXP) -> f64;
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
+    pub fn TRUELENGTH(x: SEXP) -> R_xlen_t;
+    pub fn SET_TRUELENGTH(x: SEXP, v: R_xlen_t);
 }
 
 pub fn nil() -> SEXP {
