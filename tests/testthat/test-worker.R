@@ -54,3 +54,40 @@ test_that("a worker that cannot map a view fails loudly", {
   invisible(gc()); invisible(gc())
   expect_error(parallel::clusterCall(cl, function(h) unserialize(h), h), "could not be mapped|does not exist")
 })
+
+test_that("a received numeric segment is an ordinary vector over the shared pages", {
+  x <- rnorm(3e5)
+  r <- as.raw(seq_len(100001) %% 256)          # odd length: R rounds to 8-byte cells
+  v <- share(x)
+  h <- with_handles(serialize(list(v, share(r)), NULL))
+  res <- callr::r(function(h, x, r) {
+    library(pageshare)
+    got <- unserialize(h)
+    p <- got[[1]]
+    info <- shared_info(p)
+    out <- list(
+      shared = is_shared(p), name = info$name, same = identical(p, x), raw_same = identical(got[[2]], r),
+      raw_shared = is_shared(got[[2]]),
+      # share() of it is a view of the same segment, so it travels on as a handle
+      reshared = shared_info(share(p))$name,
+      handle_bytes = length(with_handles(serialize(share(p), NULL))))
+    dt <- data.table::data.table(a = p)          # a column over the shared pages
+    data.table::set(dt, 1L, "a", -42)            # writes in place: a private page
+    out$dt_first <- dt$a[1]
+    out$mapped_before <- info$name %in% shared_segments()
+    rm(p, got, dt); invisible(gc()); invisible(gc())
+    out$mapped_after <- info$name %in% shared_segments()
+    out
+  }, args = list(h = h, x = x, r = r))
+  expect_true(res$shared)
+  expect_identical(res$name, shared_info(v)$name)
+  expect_true(res$same)
+  expect_true(res$raw_same)
+  expect_true(res$raw_shared)
+  expect_identical(res$reshared, res$name)
+  expect_lt(res$handle_bytes, 500)
+  expect_identical(res$dt_first, -42)
+  expect_identical(v[1], x[1])                   # the segment never changed
+  expect_true(res$mapped_before)
+  expect_false(res$mapped_after)                 # R freed the vector: unmapped
+})

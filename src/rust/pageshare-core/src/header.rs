@@ -23,8 +23,10 @@ use crate::error::{Error, Result};
 pub const MAGIC: [u8; 8] = *b"PGSHARE\0";
 pub const VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 128;
-/// Data starts on a 64-byte boundary: aligned for every R element type and for SIMD.
-pub const DATA_ALIGN: u64 = 64;
+/// Data starts on a page boundary: aligned for every R element type, and a
+/// receiving process can map the data pages right behind an R vector header
+/// (see pageshare-r's `plain.rs`).
+pub const DATA_ALIGN: u64 = 4096;
 pub const READY_OFFSET: usize = 28;
 /// Where the owner (pid u32, pad, start time u64) is written; rewritten on adoption.
 pub const OWNER_OFFSET: usize = 64;
@@ -307,7 +309,7 @@ mod tests {
         assert_eq!(h.data_offset % DATA_ALIGN, 0);
         assert_eq!(h.total_size, h.data_offset);
         let h = Header::plan(Kind::Raw, 3, 3, 77, 1, 1).unwrap();
-        assert_eq!(h.data_offset, 256);
+        assert_eq!(h.data_offset, 4096);
     }
 
     #[test]

@@ -108,6 +108,91 @@ pub fn is_mapped(addr: usize) -> bool {
     unsafe { libc::msync(start as *mut libc::c_void, page, libc::MS_ASYNC) == 0 }
 }
 
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// A mapping laid out as `[one private anonymous page][file pages, private]`:
+/// the file's bytes from a page-aligned offset start exactly at the second page,
+/// so that a caller can place a header of up to one page right in front of the
+/// file data (R's custom vector allocator puts its vector header there). Every
+/// page is MAP_PRIVATE: reads of the file pages share the page cache, a write
+/// copies the page and never reaches the file. Unmapped on drop.
+pub struct PrefixedMapping {
+    base: *mut u8,
+    len: usize,
+    page: usize,
+}
+
+impl PrefixedMapping {
+    /// Map `data_len` bytes of `file` from `file_offset` (a multiple of the page
+    /// size) behind one private page.
+    pub fn new(file: &File, file_offset: u64, data_len: usize) -> std::io::Result<PrefixedMapping> {
+        let page = page_size();
+        if file_offset % page as u64 != 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset not page-aligned"));
+        }
+        let data_pages = data_len.div_ceil(page).max(1) * page;
+        let len = page + data_pages;
+        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = base.cast::<u8>();
+        if data_len > 0 {
+            // SAFETY: replaces pages inside our own reservation [base, base + len).
+            let data = unsafe {
+                libc::mmap(
+                    base.add(page).cast(),
+                    data_pages,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_FIXED,
+                    file.as_raw_fd(),
+                    file_offset as libc::off_t,
+                )
+            };
+            if data == libc::MAP_FAILED {
+                let err = std::io::Error::last_os_error();
+                // SAFETY: unmapping our own reservation.
+                unsafe { libc::munmap(base.cast(), len) };
+                return Err(err);
+            }
+        }
+        Ok(PrefixedMapping { base, len, page })
+    }
+
+    /// The first byte of the file data.
+    pub fn data(&self) -> *mut u8 {
+        // SAFETY: the data starts one page into the mapping.
+        unsafe { self.base.add(self.page) }
+    }
+
+    /// Where a block whose first `prefix` bytes precede the data must start.
+    pub fn block(&self, prefix: usize) -> Option<*mut u8> {
+        // SAFETY: prefix <= page keeps the pointer inside the first page.
+        (prefix <= self.page).then(|| unsafe { self.data().sub(prefix) })
+    }
+}
+
+impl Drop for PrefixedMapping {
+    fn drop(&mut self) {
+        // SAFETY: [base, base + len) is exactly what `new` mapped.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +234,29 @@ mod tests {
         assert!(!is_mapped(addr));
         let on_stack = 5u64;
         assert!(is_mapped(&on_stack as *const u64 as usize));
+    }
+
+    #[test]
+    fn prefixed_mapping_puts_file_data_behind_a_private_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut bytes = vec![0u8; 3 * 4096];
+        bytes[4096] = 7;
+        bytes[4096 + 5000] = 9;
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        let m = PrefixedMapping::new(&file, 4096, 6000).unwrap();
+        let block = m.block(80).unwrap();
+        unsafe {
+            *block = 1; // the private page is writable
+            assert_eq!(*m.data(), 7);
+            assert_eq!(*m.data().add(5000), 9);
+            *m.data() = 42; // copy-on-write: the file is untouched
+            assert_eq!(*m.data(), 42);
+        }
+        assert_eq!(std::fs::read(&path).unwrap()[4096], 7);
+        assert!(PrefixedMapping::new(&file, 100, 10).is_err());
+        assert!(m.block(page_size() + 1).is_none());
     }
 
     #[test]

@@ -212,6 +212,16 @@ impl Segment {
             .map_err(|e| Error::os(format!("cannot make a private mapping of {}", self.name), e))
     }
 
+    /// A [`os::PrefixedMapping`] of `len` data bytes starting `offset` bytes into
+    /// the data (the file offset must fall on a page boundary). Reopens the file
+    /// by name and closes it again (see [`Segment::private_map`]).
+    pub fn prefixed_map(&self, offset: u64, len: usize) -> Result<os::PrefixedMapping> {
+        let path = self.dir.join(&self.name);
+        let file = File::open(&path).map_err(|e| Error::os(format!("cannot reopen {}", path.display()), e))?;
+        os::PrefixedMapping::new(&file, self.header.data_offset + offset, len)
+            .map_err(|e| Error::os(format!("cannot map {} behind a header", self.name), e))
+    }
+
     /// The strings of a character segment (validated when it was created or opened).
     pub fn strings(&self) -> crate::strings::StringTable<'_> {
         debug_assert_eq!(self.header.kind, Kind::Character);

@@ -215,8 +215,13 @@ unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
         if hdr.kind != h.kind || h.offset.checked_add(h.length).is_none_or(|end| end > hdr.length) {
             return Err(format!("the handle of segment '{}' does not match its contents", h.name));
         }
-        // SAFETY: the slice was checked to lie inside the segment.
-        Ok(unsafe { make_view(seg, h.kind, h.offset, h.length) })
+        // SAFETY: the slice was checked to lie inside the segment. A process that
+        // receives a numeric segment gets an ordinary vector over its pages
+        // (plain.rs: full speed in R's element-wise paths), else a view.
+        Ok(unsafe {
+            crate::plain::plain_vector(&seg, h.kind, h.offset, h.length)
+                .unwrap_or_else(|| make_view(seg, h.kind, h.offset, h.length))
+        })
     })
 }
 

@@ -7,6 +7,7 @@
 pub mod altrep;
 pub mod boundary;
 pub mod cache;
+pub mod plain;
 pub mod r_api;
 pub mod rapi;
 pub mod view;

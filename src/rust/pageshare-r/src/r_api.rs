@@ -3,6 +3,7 @@
 
 use crate::boundary::{guard, msg};
 use crate::cache;
+use crate::plain;
 use crate::rapi::*;
 use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};
 use pageshare_core::header::Kind;
@@ -180,6 +181,13 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -
         if let Some(v) = cache::lookup(x) {
             return Ok(v);
         }
+        if let Some(p) = plain::lookup(x) {
+            // Received from another process: a view of the same segment, no copy.
+            let view = Rf_protect(make_view(p.seg.clone(), p.kind, p.offset, p.len));
+            adopt_attributes(view, attrs);
+            Rf_unprotect(1);
+            return Ok(view);
+        }
         let limit = Rf_asReal(cache_limit);
         let limit = if limit.is_finite() && limit >= 0.0 { limit as u64 } else { u64::MAX };
         let dir = dir_arg(dir)?;
@@ -197,13 +205,39 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -
 
 #[no_mangle]
 pub extern "C" fn ps_is_view(x: SEXP) -> SEXP {
-    guard(|| unsafe { Ok(Rf_ScalarLogical(view_of(x).is_some() as i32)) })
+    guard(|| unsafe { Ok(Rf_ScalarLogical((view_of(x).is_some() || plain::lookup(x).is_some()) as i32)) })
+}
+
+/// The segment behind a view or a plain shared vector.
+unsafe fn segment_of(x: SEXP) -> Option<std::sync::Arc<pageshare_core::segment::Segment>> {
+    // SAFETY: forwarded.
+    unsafe { view_of(x).map(|v| v.seg.clone()).or_else(|| plain::lookup(x).map(|p| p.seg.clone())) }
 }
 
 /// shared_info(x): a list describing the view, or NULL.
 #[no_mangle]
 pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
     guard(|| unsafe {
+        if let Some(p) = plain::lookup(x) {
+            let modified =
+                pageshare_core::os::has_private_pages(p.data_ptr(), p.bytes()).unwrap_or(false);
+            let vals = [
+                Rf_protect(Rf_ScalarString(mk_string(p.seg.name()))),
+                Rf_protect(Rf_ScalarString(mk_string(&p.seg.dir().to_string_lossy()))),
+                Rf_protect(Rf_ScalarReal(p.bytes() as f64)),
+                Rf_protect(Rf_ScalarReal(p.seg.total_size() as f64)),
+                Rf_protect(Rf_ScalarInteger(p.seg.owner().0 as i32)),
+                Rf_protect(Rf_ScalarLogical(p.seg.owned_here() as i32)),
+                Rf_protect(Rf_ScalarString(mk_string(p.kind.name()))),
+                Rf_protect(Rf_ScalarReal(p.offset as f64)),
+                Rf_protect(Rf_ScalarReal(p.len as f64)),
+                Rf_protect(Rf_ScalarReal(0.0)),
+                Rf_protect(Rf_ScalarLogical(modified as i32)),
+            ];
+            let out = info_list(&vals);
+            Rf_unprotect(vals.len() as i32);
+            return Ok(out);
+        }
         let Some(v) = view_of(x) else { return Ok(nil()) };
         let vals = [
             Rf_protect(Rf_ScalarString(mk_string(v.seg.name()))),
@@ -218,7 +252,16 @@ pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
             Rf_protect(Rf_ScalarReal(v.materializations.get() as f64)),
             Rf_protect(Rf_ScalarLogical((R_altrep_data2(x) != nil() || v.is_modified()) as i32)),
         ];
-        let out = named_list(&[
+        let out = info_list(&vals);
+        Rf_unprotect(vals.len() as i32);
+        Ok(out)
+    })
+}
+
+unsafe fn info_list(vals: &[SEXP; 11]) -> SEXP {
+    // SAFETY: the values are protected by the caller.
+    unsafe {
+        named_list(&[
             ("name", vals[0]),
             ("dir", vals[1]),
             ("bytes", vals[2]),
@@ -230,10 +273,8 @@ pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
             ("length", vals[8]),
             ("materializations", vals[9]),
             ("private_copy", vals[10]),
-        ]);
-        Rf_unprotect(vals.len() as i32);
-        Ok(out)
-    })
+        ])
+    }
 }
 
 /// Open (+1) or close (-1) a handle scope; returns the new depth.
@@ -440,8 +481,8 @@ pub extern "C" fn ps_free_bytes(dir: SEXP) -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
     guard(|| unsafe {
-        let v = view_of(x).ok_or("`x` is not a pageshare view")?;
-        v.seg.disown();
+        let seg = segment_of(x).ok_or("`x` is not a pageshare view")?;
+        seg.disown();
         Ok(x)
     })
 }
@@ -450,8 +491,8 @@ pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_adopt(x: SEXP) -> SEXP {
     guard(|| unsafe {
-        let v = view_of(x).ok_or("`x` is not a pageshare view")?;
-        v.seg.adopt().map_err(msg)?;
+        let seg = segment_of(x).ok_or("`x` is not a pageshare view")?;
+        seg.adopt().map_err(msg)?;
         Ok(x)
     })
 }

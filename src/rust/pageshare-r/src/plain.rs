@@ -1,0 +1,162 @@
+//! Plain vectors over shared pages, for processes that *receive* a view.
+//!
+//! R 4.2 reads an ALTREP vector element by element in hot paths such as matrix
+//! subsetting (`X[, j]` calls `REAL_ELT` for every element), which makes a column
+//! of a view ~25% slower to extract than a column of an ordinary matrix. A
+//! process that unserializes a handle therefore gets an *ordinary* R vector
+//! whose data pages are the segment's pages: R's custom allocator interface
+//! (`allocVector3`, meant for "COW mmap()") lets us hand R a block laid out as
+//! `[allocator copy + vector header | segment data]`, with the header on a
+//! private page and the data mapped MAP_PRIVATE from the segment file. Reads hit
+//! the shared page cache; a write copies only the page written and never
+//! reaches the segment. R frees the block through [`free_block`], which unmaps
+//! it and drops the segment reference.
+//!
+//! Only numeric vectors whose data start on a page boundary are mapped this way
+//! (whole segments, not slices); everything else is an ALTREP view. Such a
+//! vector is recognised by its data address ([`lookup`]), so `is_shared()`,
+//! `shared_info()` and `share()` (which turns it back into a view of the same
+//! segment, to travel as a handle again) keep working.
+
+use crate::rapi::*;
+use crate::view::sexptype;
+use once_cell::sync::Lazy;
+use pageshare_core::header::Kind;
+use pageshare_core::os::PrefixedMapping;
+use pageshare_core::segment::Segment;
+use std::collections::HashMap;
+use std::os::raw::c_void;
+use std::sync::{Arc, Mutex};
+
+/// Smaller vectors are not worth a mapping of their own.
+const MIN_BYTES: u64 = 64 * 1024;
+
+#[repr(C)]
+pub struct RAllocator {
+    mem_alloc: Option<unsafe extern "C" fn(*mut RAllocator, usize) -> *mut c_void>,
+    mem_free: Option<unsafe extern "C" fn(*mut RAllocator, *mut c_void)>,
+    res: *mut c_void,
+    data: *mut c_void,
+}
+
+#[allow(improper_ctypes)]
+extern "C" {
+    fn Rf_allocVector3(t: SEXPTYPE, n: R_xlen_t, allocator: *mut RAllocator) -> SEXP;
+}
+
+/// What a plain shared vector maps.
+pub struct Plain {
+    pub seg: Arc<Segment>,
+    pub kind: Kind,
+    pub offset: u64,
+    pub len: u64,
+    map: PrefixedMapping,
+    data_bytes: usize,
+}
+
+impl Plain {
+    pub fn data_ptr(&self) -> *const u8 {
+        self.map.data()
+    }
+    pub fn bytes(&self) -> usize {
+        self.data_bytes
+    }
+}
+
+/// Data address -> the boxed Plain (as addresses).
+static LIVE: Lazy<Mutex<HashMap<usize, usize>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+fn live() -> std::sync::MutexGuard<'static, HashMap<usize, usize>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+unsafe extern "C" fn alloc_block(a: *mut RAllocator, request: usize) -> *mut c_void {
+    // SAFETY: `data` is the Box<Plain> made by `plain_vector` for this allocation.
+    unsafe {
+        let p = &*((*a).data as *const Plain);
+        // R rounds the data up to whole 8-byte cells; the rest is its header.
+        let cells = p.data_bytes.div_ceil(8) * 8;
+        if request < cells {
+            return std::ptr::null_mut();
+        }
+        match p.map.block(request - cells) {
+            Some(b) => b.cast(),
+            None => std::ptr::null_mut(), // R reports an allocation error
+        }
+    }
+}
+
+unsafe extern "C" fn free_block(a: *mut RAllocator, _block: *mut c_void) {
+    // SAFETY: `a` is R's copy of our allocator inside the block; read what we
+    // need before the block (and `a` with it) is unmapped by dropping the Box.
+    unsafe {
+        let boxed = (*a).data as *mut Plain;
+        live().remove(&((*boxed).map.data() as usize));
+        drop(Box::from_raw(boxed));
+    }
+}
+
+/// An ordinary R vector over `len` elements of `seg` from `offset`, or None when
+/// this slice cannot be mapped that way (type, size, alignment, mapping error).
+///
+/// # Safety
+/// Main R thread; the slice must lie inside the segment.
+pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64) -> Option<SEXP> {
+    if !matches!(kind, Kind::Double | Kind::Integer | Kind::Logical | Kind::Complex | Kind::Raw) {
+        return None;
+    }
+    let data_bytes = len.checked_mul(kind.elem_size())?;
+    let start = offset.checked_mul(kind.elem_size())?;
+    let page = pageshare_core::os::page_size() as u64;
+    if data_bytes < MIN_BYTES || (seg.header().data_offset + start) % page != 0 {
+        return None;
+    }
+    let map = seg.prefixed_map(start, data_bytes as usize).ok()?;
+    let data_addr = map.data() as usize;
+    let boxed = Box::into_raw(Box::new(Plain {
+        seg: seg.clone(),
+        kind,
+        offset,
+        len,
+        map,
+        data_bytes: data_bytes as usize,
+    }));
+    let mut allocator = RAllocator {
+        mem_alloc: Some(alloc_block),
+        mem_free: Some(free_block),
+        res: std::ptr::null_mut(),
+        data: boxed.cast(),
+    };
+    live().insert(data_addr, boxed as usize);
+    // SAFETY: R copies the allocator into the block and calls alloc_block once.
+    let x = unsafe { Rf_allocVector3(sexptype(kind), len as R_xlen_t, &mut allocator) };
+    // SAFETY: x is the new vector; from now on R must duplicate it before writing.
+    unsafe { MARK_NOT_MUTABLE(x) };
+    Some(x)
+}
+
+/// The Plain behind an ordinary vector whose data are mapped from a segment.
+///
+/// # Safety
+/// Main R thread; `x` a valid SEXP; the reference must not outlive `x`.
+pub unsafe fn lookup<'a>(x: SEXP) -> Option<&'a Plain> {
+    // SAFETY: only plain (non-ALTREP) numeric vectors have a data address to test.
+    unsafe {
+        if ALTREP(x) != 0
+            || !matches!(
+                TYPEOF(x),
+                SEXPTYPE::REALSXP | SEXPTYPE::INTSXP | SEXPTYPE::LGLSXP | SEXPTYPE::CPLXSXP | SEXPTYPE::RAWSXP
+            )
+            || XLENGTH(x) == 0
+        {
+            return None;
+        }
+        let addr = DATAPTR_RO(x) as usize;
+        let p = *live().get(&addr)?;
+        Some(&*(p as *const Plain))
+    }
+}
+
+pub fn count() -> usize {
+    live().len()
+}
