@@ -40,7 +40,21 @@ old_opts <- options(future.globals.maxSize = +Inf, future.rng.onMisuse = "ignore
 
 source(file.path("inst", "benchmarks", "pss-sampler.R"))
 
+# Pids of the current plan's workers (none for sequential).
+current_worker_pids <- function() {
+  cl <- tryCatch(future:::ClusterRegistry("get"), error = function(e) NULL)
+  if (is.null(cl)) return(integer())
+  vapply(cl, function(node) as.integer(node$session_info$process$pid %||% NA), 0L)
+}
+`%||%` <- function(a, b) if (is.null(a)) b else a
+
 set_plan <- function(kind) {
+  old_pids <- current_worker_pids()
+  plan(sequential)
+  # Let the previous plan's workers finish exiting (freeing hundreds of MB)
+  # before anything is timed: on 2 cores their teardown would be measured too.
+  deadline <- Sys.time() + 20
+  while (any(file.exists(file.path("/proc", old_pids[!is.na(old_pids)]))) && Sys.time() < deadline) Sys.sleep(0.05)
   switch(kind,
     sequential = plan(sequential),
     multisession = plan(multisession, workers = workers),

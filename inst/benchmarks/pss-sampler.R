@@ -22,7 +22,7 @@ while (!file.exists(stopf) && file.exists(sprintf("/proc/%d", master))) {
   total <- sum(vapply(pids, pss_of, 0))
   writeLines(sprintf("%.3f %.0f %d", as.numeric(Sys.time()), total, length(pids)), con)
   flush(con)
-  Sys.sleep(0.05)
+  Sys.sleep(as.numeric(Sys.getenv("PAGESHARE_BENCH_SAMPLE_MS", "50")) / 1000)
 }
 close(con)
 '
