@@ -200,14 +200,14 @@ mem_worker <- function(idx, X, mode, FUN, VARS) {
   out <- vector("list", length(idx))
   novars <- !length(VARS)
   # Each row/column is a fresh vector that becomes garbage; collect the young
-  # generation every ~4 MB of them so that a worker's heap stays small.
+  # generation every ~8 MB of them so that a worker's heap stays small.
   garbage <- 0
   for (j in seq_along(idx)) {
     i <- idx[j]
     v <- switch(mode, X[i, ], X[, i], X[[i]])
     if (mode != 3L) {
       garbage <- garbage + 8 * length(v)
-      if (garbage > 4194304) {
+      if (garbage > 8388608) {
         gc(verbose = FALSE, full = FALSE)
         garbage <- 0
       }
