@@ -4,8 +4,10 @@
 # Usage:
 #   Rscript tools/run-foreach-suites.R [FOREACH_SRC_DIR] [DOPARALLEL_SRC_DIR_OR_INSTALLED]
 #     FOREACH_SRC_DIR: an unpacked foreach source package (it has tests/testthat);
-#       default: the first match of /tmp/research/src/r-cran-foreach-*/ or
-#       /tmp/research/src/foreach.
+#       default: the first match of $PAGESHARE_SUITES_DIR/r-cran-foreach-*/ or
+#       $PAGESHARE_SUITES_DIR/foreach (PAGESHARE_SUITES_DIR defaults to
+#       "suites"). Get the sources with, e.g., `cd suites && apt-get source
+#       r-cran-foreach r-cran-doparallel` (deb-src lines must be enabled).
 #     The doParallel tests are taken from the given source dir
 #     (inst/unitTests/options.R), else from the installed doParallel.
 #   Environment: PAGESHARE_SUITE_THRESHOLD (bytes, default 0: every exported
@@ -22,10 +24,11 @@ first_dir <- function(cands) {
   cands <- cands[dir.exists(cands)]
   if (length(cands)) normalizePath(cands[1L]) else NA_character_
 }
+suites_dir <- Sys.getenv("PAGESHARE_SUITES_DIR", "suites")
 foreach_src <- if (length(args) >= 1L) args[[1L]] else
-  first_dir(c(Sys.glob("/tmp/research/src/r-cran-foreach-*"), "/tmp/research/src/foreach"))
+  first_dir(c(Sys.glob(file.path(suites_dir, "r-cran-foreach-*")), file.path(suites_dir, "foreach")))
 doparallel_src <- if (length(args) >= 2L) args[[2L]] else
-  first_dir(c(Sys.glob("/tmp/research/src/r-cran-doparallel-*"), "/tmp/research/src/doParallel"))
+  first_dir(c(Sys.glob(file.path(suites_dir, "r-cran-doparallel-*")), file.path(suites_dir, "doParallel")))
 
 failed <- FALSE
 summary_lines <- character()
