@@ -74,3 +74,18 @@ test_that("namespace and variable names with unicode, dots and slashes work", {
   expect_identical(retrieveViews(ns, "a.b/c")[[1]], 1:3)
   releaseViews(ns, "a.b/c")
 })
+
+test_that("a view of a released variable never reads a re-registered one (regression)", {
+  ns <- paste0("t_rereg_", Sys.getpid())
+  registerVariables(ns, list(x = as.numeric(1:1e5) + 0.5))
+  v <- retrieveViews(ns, "x")$x
+  releaseViews(ns, "x")
+  releaseVariables(ns, "x")
+  registerVariables(ns, list(x = rep(-7, 1e5)))
+  on.exit(releaseVariables(ns, "x"))
+  expect_identical(range(v), c(1.5, 1e5 + 0.5))     # range() asks for a writeable pointer
+  expect_identical(v[1:3], c(1.5, 2.5, 3.5))
+  w <- retrieveViews(ns, "x")$x                      # the new variable, not the old mapping
+  expect_identical(w[1:2], c(-7, -7))
+  releaseViews(ns, "x")
+})

@@ -172,3 +172,26 @@ test_that("the cache honours its byte cap, keeping the newest entry", {
   expect_identical(va, a)                     # a dropped entry's view stays valid
   expect_gte(forget_shared(), 0)
 })
+
+test_that("a growable source is not given a cache token (regression)", {
+  # x[i] <- v past the end makes x growable: R keeps its capacity in TRUELENGTH
+  # and reads it when x is freed. Writing a token there corrupted R's heap count.
+  x <- numeric(0)
+  for (i in 1:200000) x[i] <- i
+  v <- share(x)
+  expect_identical(v, x)
+  rm(x)
+  g <- gc()
+  expect_lt(g["Vcells", "used"], 1e10)
+  expect_lt(sum(gc()[, "used"]), 1e10)
+})
+
+test_that("reading elements of raw and complex views makes no private mapping", {
+  r <- share(as.raw(seq_len(1e5) %% 256))
+  z <- share(complex(real = seq_len(1e4), imaginary = -1))
+  expect_identical(r[3], as.raw(3))
+  expect_identical(z[2], complex(real = 2, imaginary = -1))
+  # a view with a private mapping would not cut slices as views any more
+  expect_true(is_shared(r[1:5000]))
+  expect_true(is_shared(z[1:5000]))
+})

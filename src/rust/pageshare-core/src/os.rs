@@ -97,15 +97,16 @@ pub fn has_private_pages(ptr: *const u8, len: usize) -> Option<bool> {
     }))
 }
 
-/// Is the page holding `addr` mapped in this process? (msync() fails with ENOMEM
-/// on an unmapped range; it reads nothing.)
-pub fn is_mapped(addr: usize) -> bool {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let start = addr / page * page;
-    // SAFETY: msync only inspects the mapping of [start, start + page); with
-    // MS_ASYNC it schedules nothing for anonymous memory.
-    unsafe { libc::msync(start as *mut libc::c_void, page, libc::MS_ASYNC) == 0 }
+/// Read the 8-byte word at `addr` of this process's memory without being able
+/// to fault: through process_vm_readv(), which returns an error for an unmapped
+/// or unreadable address (a plain read of freed memory could raise SIGSEGV).
+pub fn read_word(addr: usize) -> Option<i64> {
+    let mut out: i64 = 0;
+    let local = libc::iovec { iov_base: std::ptr::addr_of_mut!(out).cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 8 };
+    // SAFETY: the kernel copies 8 bytes into `out` or fails; it never faults us.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == 8).then_some(out)
 }
 
 /// The system page size.
@@ -226,14 +227,18 @@ mod tests {
     }
 
     #[test]
-    fn unmapped_memory_is_seen_as_such() {
-        let m = memmap2::MmapMut::map_anon(1 << 16).unwrap();
+    fn words_are_read_without_faulting() {
+        let mut m = memmap2::MmapMut::map_anon(1 << 16).unwrap();
+        m[100..108].copy_from_slice(&42i64.to_le_bytes());
         let addr = m.as_ptr() as usize + 100;
-        assert!(is_mapped(addr));
+        assert_eq!(read_word(addr), Some(42));
         drop(m);
-        assert!(!is_mapped(addr));
-        let on_stack = 5u64;
-        assert!(is_mapped(&on_stack as *const u64 as usize));
+        assert_eq!(read_word(addr), None); // unmapped: an error, not SIGSEGV
+        let none = unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        assert_eq!(read_word(none as usize), None); // mapped but unreadable
+        unsafe { libc::munmap(none, 4096) };
     }
 
     #[test]

@@ -27,7 +27,10 @@ fn state() -> MutexGuard<'static, State> {
 /// The mapping of `dir/name` in this process, mapping it on first use.
 pub fn open(dir: &Path, name: &str) -> Result<Arc<Segment>> {
     let key = (dir.to_path_buf(), name.to_string());
-    if let Some(seg) = state().mappings.get(&key).and_then(Weak::upgrade) {
+    let known = state().mappings.get(&key).and_then(Weak::upgrade);
+    // A name can be unlinked and created again (a re-registered variable): the
+    // old mapping is only reused while the name still holds the same file.
+    if let Some(seg) = known.filter(|s| s.is_current()) {
         return Ok(seg);
     }
     let seg = Arc::new(Segment::open(dir, name)?);

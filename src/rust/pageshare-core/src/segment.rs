@@ -36,6 +36,10 @@ pub fn self_identity() -> (u32, u64) {
 pub struct Segment {
     name: String,
     dir: PathBuf,
+    /// (device, inode) of the file this mapping came from: a name can be
+    /// unlinked and created again (a re-registered variable), so reopening by
+    /// name must check that it still finds the same file.
+    identity: (u64, u64),
     map: Mmap,
     header: Header,
     /// The pid responsible for unlinking (0: none in this process). Set at creation
@@ -107,7 +111,8 @@ impl Segment {
         let map = map.make_read_only().map_err(|e| Error::os("cannot make the segment read-only", e))?;
         guard.disarm();
         OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path, pid);
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(pid) })
+        let identity = file_identity(&file).map_err(|e| Error::os("cannot stat the new segment", e))?;
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), identity, map, header, creator: AtomicU32::new(pid) })
     }
 
     /// Map an existing, complete segment read-only, validating its header first.
@@ -133,7 +138,8 @@ impl Segment {
             let d0 = header.data_offset as usize;
             crate::strings::StringTable::parse(&map[d0..d0 + header.data_len as usize], header.length, name)?;
         }
-        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), map, header, creator: AtomicU32::new(0) })
+        let identity = file_identity(&file).map_err(|e| Error::os("cannot stat the segment", e))?;
+        Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), identity, map, header, creator: AtomicU32::new(0) })
     }
 
     pub fn name(&self) -> &str {
@@ -200,11 +206,7 @@ impl Segment {
     /// socket descriptors past FD_SETSIZE (R's select() then aborts the process).
     /// Fails if the name was unlinked; callers then make a full private copy.
     pub fn private_map(&self) -> Result<MmapMut> {
-        let path = self.dir.join(&self.name);
-        let file = File::open(&path).map_err(|e| Error::os(format!("cannot reopen {}", path.display()), e))?;
-        if file.metadata().map(|m| m.len()).ok() != Some(self.map.len() as u64) {
-            return Err(Error::Invalid { name: self.name.clone(), why: "it changed size".into() });
-        }
+        let file = self.reopen()?;
         // SAFETY: MAP_PRIVATE: writes through this map stay in this process; the
         // file is the validated segment (same name, same size) that nobody
         // writes after it is ready.
@@ -216,10 +218,29 @@ impl Segment {
     /// the data (the file offset must fall on a page boundary). Reopens the file
     /// by name and closes it again (see [`Segment::private_map`]).
     pub fn prefixed_map(&self, offset: u64, len: usize) -> Result<os::PrefixedMapping> {
-        let path = self.dir.join(&self.name);
-        let file = File::open(&path).map_err(|e| Error::os(format!("cannot reopen {}", path.display()), e))?;
+        let file = self.reopen()?;
         os::PrefixedMapping::new(&file, self.header.data_offset + offset, len)
             .map_err(|e| Error::os(format!("cannot map {} behind a header", self.name), e))
+    }
+
+    /// Open the segment's file again by name, refusing a different file that has
+    /// taken the name since (same name unlinked and created again).
+    fn reopen(&self) -> Result<File> {
+        let path = self.dir.join(&self.name);
+        let file = File::open(&path).map_err(|e| Error::os(format!("cannot reopen {}", path.display()), e))?;
+        let same = file_identity(&file).ok() == Some(self.identity)
+            && file.metadata().map(|m| m.len()).ok() == Some(self.map.len() as u64);
+        if !same {
+            return Err(Error::Invalid { name: self.name.clone(), why: "its name now holds another segment".into() });
+        }
+        Ok(file)
+    }
+
+    /// Does `dir/name` still hold this segment's file?
+    pub fn is_current(&self) -> bool {
+        std::fs::metadata(self.dir.join(&self.name))
+            .map(|m| (std::os::unix::fs::MetadataExt::dev(&m), std::os::unix::fs::MetadataExt::ino(&m)) == self.identity)
+            .unwrap_or(false)
     }
 
     /// The strings of a character segment (validated when it was created or opened).
@@ -267,6 +288,12 @@ pub fn unlink_all_owned(dir: Option<&Path>) -> usize {
         let _ = std::fs::remove_file(p);
     }
     doomed.len()
+}
+
+fn file_identity(file: &File) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    Ok((m.dev(), m.ino()))
 }
 
 fn create_exclusive(path: &Path) -> std::io::Result<File> {
@@ -406,6 +433,21 @@ mod tests {
         drop(p);
         s.unlink();
         assert!(s.private_map().is_err()); // the name is gone: callers copy instead
+    }
+
+    #[test]
+    fn a_name_created_again_is_not_mistaken_for_the_old_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::named("reuse", "x").unwrap();
+        let old = doubles(dir.path(), &name, &[1.0, 2.0]).unwrap();
+        let reader = Segment::open(dir.path(), &name).unwrap();
+        drop(old); // unlinked by its owner
+        let new = doubles(dir.path(), &name, &[-7.0, -7.0]).unwrap();
+        assert!(!reader.is_current());
+        assert!(reader.private_map().is_err());
+        assert!(reader.prefixed_map(0, 16).is_err());
+        assert_eq!(&reader.data()[..8], &1.0f64.to_le_bytes()); // the old mapping still reads the old data
+        assert!(new.is_current());
     }
 
     #[test]

@@ -275,6 +275,8 @@ macro_rules! elt_methods {
 }
 elt_methods!(real_elt, real_region, f64);
 elt_methods!(int_elt, int_region, c_int);
+elt_methods!(raw_elt, raw_region, Rbyte);
+elt_methods!(complex_elt, complex_region, Rcomplex);
 
 // ---- registration ----------------------------------------------------------------
 
@@ -320,7 +322,16 @@ pub unsafe fn register(dll: *mut DllInfo) {
                     R_set_altstring_Elt_method(cls, Some(string_elt_method));
                     R_set_altstring_Set_elt_method(cls, Some(string_set_elt));
                 }
-                _ => {} // raw and complex: R's defaults read through Dataptr
+                // Without these, R's defaults read an element through a writeable
+                // Dataptr, which would give the view a private mapping.
+                Kind::Raw => {
+                    R_set_altraw_Elt_method(cls, Some(raw_elt));
+                    R_set_altraw_Get_region_method(cls, Some(raw_region));
+                }
+                Kind::Complex => {
+                    R_set_altcomplex_Elt_method(cls, Some(complex_elt));
+                    R_set_altcomplex_Get_region_method(cls, Some(complex_region));
+                }
             }
             (*std::ptr::addr_of_mut!(CLASSES))[slot(kind)] = Some(cls);
         }

@@ -11,7 +11,7 @@
 //!   finds the entry by `y`'s address and accepts it only if `y` carries the same
 //!   token: `y` is live (R passed it), so this never reads freed memory, and an
 //!   object that merely reuses a dead source's address has token 0.
-//! - Eviction: an entry whose source memory is no longer mapped (large vectors
+//! - Eviction: an entry whose source memory can no longer be read (large vectors
 //!   are returned to the OS when freed) or no longer carries the token is
 //!   dropped before every share and after every garbage collection. Sources whose
 //!   death cannot be seen that way (small vectors in R's or malloc's heap) are
@@ -112,7 +112,10 @@ pub unsafe fn lookup(x: SEXP) -> Option<SEXP> {
 pub unsafe fn insert(x: SEXP, view: SEXP, bytes: u64) {
     // SAFETY: x is an ordinary live vector; SET_TRUELENGTH writes its own header.
     unsafe {
-        if ALTREP(x) != 0 {
+        // TRUELENGTH is ours only while R leaves it at 0: a growable vector
+        // (`x[n + 1] <- v`) keeps its capacity there, and R reads it when the
+        // vector is freed. Such a source is not cached.
+        if ALTREP(x) != 0 || TRUELENGTH(x) != 0 {
             return;
         }
         let token = fresh_token();
@@ -127,18 +130,16 @@ pub unsafe fn insert(x: SEXP, view: SEXP, bytes: u64) {
     }
 }
 
-/// Is the source at `addr` (which carried `token`) still there?
+/// Is the source at `addr` (which carried `token`) still there? The word is
+/// read with a call that cannot fault: the memory may have been freed and
+/// unmapped, or reused with other protections. A stale token in freed memory
+/// only makes us keep an entry (bounded by the cache cap).
 fn source_alive(addr: usize, token: R_xlen_t) -> bool {
-    if !pageshare_core::os::is_mapped(addr) {
-        return false; // its memory went back to the OS
-    }
     let off = *TRUELENGTH_OFFSET.lock().unwrap_or_else(|p| p.into_inner());
     match off {
-        // SAFETY: the page is mapped; a stale read only makes us keep an entry.
-        Some(off) if pageshare_core::os::is_mapped(addr + off + 7) => unsafe {
-            std::ptr::read_volatile((addr + off) as *const R_xlen_t) == token
-        },
-        _ => true,
+        Some(off) => pageshare_core::os::read_word(addr + off) == Some(token as i64),
+        // Without the offset, only unreadable memory tells a death.
+        None => pageshare_core::os::read_word(addr).is_some(),
     }
 }
 

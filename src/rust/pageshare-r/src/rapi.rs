@@ -22,6 +22,10 @@ extern "C" {
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
     pub fn TRUELENGTH(x: SEXP) -> R_xlen_t;
     pub fn SET_TRUELENGTH(x: SEXP, v: R_xlen_t);
+    pub fn R_set_altraw_Elt_method(cls: R_altrep_class_t, fun: R_altraw_Elt_method_t);
+    pub fn R_set_altraw_Get_region_method(cls: R_altrep_class_t, fun: R_altraw_Get_region_method_t);
+    pub fn R_set_altcomplex_Elt_method(cls: R_altrep_class_t, fun: R_altcomplex_Elt_method_t);
+    pub fn R_set_altcomplex_Get_region_method(cls: R_altrep_class_t, fun: R_altcomplex_Get_region_method_t);
 }
 
 pub fn nil() -> SEXP {
