@@ -156,7 +156,3 @@ pub unsafe fn lookup<'a>(x: SEXP) -> Option<&'a Plain> {
         Some(&*(p as *const Plain))
     }
 }
-
-pub fn count() -> usize {
-    live().len()
-}

@@ -214,54 +214,65 @@ unsafe fn segment_of(x: SEXP) -> Option<std::sync::Arc<pageshare_core::segment::
     unsafe { view_of(x).map(|v| v.seg.clone()).or_else(|| plain::lookup(x).map(|p| p.seg.clone())) }
 }
 
+/// What shared_info() reports, for a view or a received plain vector.
+struct Info<'a> {
+    seg: &'a pageshare_core::segment::Segment,
+    kind: Kind,
+    bytes: usize,
+    offset: u64,
+    len: u64,
+    materializations: u64,
+    private_copy: bool,
+}
+
 /// shared_info(x): a list describing the view, or NULL.
 #[no_mangle]
 pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
     guard(|| unsafe {
-        if let Some(p) = plain::lookup(x) {
-            let modified =
-                pageshare_core::os::has_private_pages(p.data_ptr(), p.bytes()).unwrap_or(false);
-            let vals = [
-                Rf_protect(Rf_ScalarString(mk_string(p.seg.name()))),
-                Rf_protect(Rf_ScalarString(mk_string(&p.seg.dir().to_string_lossy()))),
-                Rf_protect(Rf_ScalarReal(p.bytes() as f64)),
-                Rf_protect(Rf_ScalarReal(p.seg.total_size() as f64)),
-                Rf_protect(Rf_ScalarInteger(p.seg.owner().0 as i32)),
-                Rf_protect(Rf_ScalarLogical(p.seg.owned_here() as i32)),
-                Rf_protect(Rf_ScalarString(mk_string(p.kind.name()))),
-                Rf_protect(Rf_ScalarReal(p.offset as f64)),
-                Rf_protect(Rf_ScalarReal(p.len as f64)),
-                Rf_protect(Rf_ScalarReal(0.0)),
-                Rf_protect(Rf_ScalarLogical(modified as i32)),
-            ];
-            let out = info_list(&vals);
-            Rf_unprotect(vals.len() as i32);
-            return Ok(out);
-        }
-        let Some(v) = view_of(x) else { return Ok(nil()) };
-        let vals = [
-            Rf_protect(Rf_ScalarString(mk_string(v.seg.name()))),
-            Rf_protect(Rf_ScalarString(mk_string(&v.seg.dir().to_string_lossy()))),
-            Rf_protect(Rf_ScalarReal(v.bytes() as f64)),
-            Rf_protect(Rf_ScalarReal(v.seg.total_size() as f64)),
-            Rf_protect(Rf_ScalarInteger(v.seg.owner().0 as i32)),
-            Rf_protect(Rf_ScalarLogical(v.seg.owned_here() as i32)),
-            Rf_protect(Rf_ScalarString(mk_string(v.kind.name()))),
-            Rf_protect(Rf_ScalarReal(v.offset as f64)),
-            Rf_protect(Rf_ScalarReal(v.len as f64)),
-            Rf_protect(Rf_ScalarReal(v.materializations.get() as f64)),
-            Rf_protect(Rf_ScalarLogical((R_altrep_data2(x) != nil() || v.is_modified()) as i32)),
-        ];
-        let out = info_list(&vals);
-        Rf_unprotect(vals.len() as i32);
-        Ok(out)
+        let info = if let Some(p) = plain::lookup(x) {
+            Info {
+                seg: &p.seg,
+                kind: p.kind,
+                bytes: p.bytes(),
+                offset: p.offset,
+                len: p.len,
+                materializations: 0,
+                private_copy: pageshare_core::os::has_private_pages(p.data_ptr(), p.bytes()).unwrap_or(false),
+            }
+        } else if let Some(v) = view_of(x) {
+            Info {
+                seg: &v.seg,
+                kind: v.kind,
+                bytes: v.bytes(),
+                offset: v.offset,
+                len: v.len,
+                materializations: v.materializations.get(),
+                private_copy: R_altrep_data2(x) != nil() || v.is_modified(),
+            }
+        } else {
+            return Ok(nil());
+        };
+        Ok(info_list(&info))
     })
 }
 
-unsafe fn info_list(vals: &[SEXP; 11]) -> SEXP {
-    // SAFETY: the values are protected by the caller.
+unsafe fn info_list(i: &Info<'_>) -> SEXP {
+    // SAFETY: every value is protected until the list holds it.
     unsafe {
-        named_list(&[
+        let vals = [
+            Rf_protect(Rf_ScalarString(mk_string(i.seg.name()))),
+            Rf_protect(Rf_ScalarString(mk_string(&i.seg.dir().to_string_lossy()))),
+            Rf_protect(Rf_ScalarReal(i.bytes as f64)),
+            Rf_protect(Rf_ScalarReal(i.seg.total_size() as f64)),
+            Rf_protect(Rf_ScalarInteger(i.seg.owner().0 as i32)),
+            Rf_protect(Rf_ScalarLogical(i.seg.owned_here() as i32)),
+            Rf_protect(Rf_ScalarString(mk_string(i.kind.name()))),
+            Rf_protect(Rf_ScalarReal(i.offset as f64)),
+            Rf_protect(Rf_ScalarReal(i.len as f64)),
+            Rf_protect(Rf_ScalarReal(i.materializations as f64)),
+            Rf_protect(Rf_ScalarLogical(i.private_copy as i32)),
+        ];
+        let out = named_list(&[
             ("name", vals[0]),
             ("dir", vals[1]),
             ("bytes", vals[2]),
@@ -273,7 +284,9 @@ unsafe fn info_list(vals: &[SEXP; 11]) -> SEXP {
             ("length", vals[8]),
             ("materializations", vals[9]),
             ("private_copy", vals[10]),
-        ])
+        ]);
+        Rf_unprotect(vals.len() as i32);
+        out
     }
 }
 

@@ -6,13 +6,6 @@ pub use extendr_ffi::*;
 
 #[allow(improper_ctypes)] // SEXPREC is opaque: only pointers to it cross.
 extern "C" {
-    /// Reference count of an object (R >= 4.0 keeps one); > 1 means MAYBE_SHARED.
-    pub fn REFCNT(x: SEXP) -> std::os::raw::c_int;
-    pub fn ATTRIB(x: SEXP) -> SEXP;
-    pub fn OBJECT(x: SEXP) -> std::os::raw::c_int;
-    pub fn R_MakeWeakRefC(key: SEXP, val: SEXP, fin: R_CFinalizer_t, onexit: Rboolean) -> SEXP;
-    pub fn R_WeakRefKey(w: SEXP) -> SEXP;
-    pub fn R_WeakRefValue(w: SEXP) -> SEXP;
     pub fn Rf_translateCharUTF8(x: SEXP) -> *const std::os::raw::c_char;
     pub fn Rf_ScalarLogical(x: std::os::raw::c_int) -> SEXP;
     pub fn Rf_ScalarReal(x: f64) -> SEXP;
