@@ -339,9 +339,10 @@ worker_result_begin <- function() {
     worker_scope_open$open <- FALSE
   }
   # future removed the previous future's globals, but an idle R process does
-  # not collect garbage: views of segments it no longer uses would stay mapped
-  # (and keep unlinked segments' pages alive). Collect when views are mapped.
-  if (length(.Call(ps_mapped))) invisible(gc(verbose = FALSE))
+  # not collect garbage: views of segments its master has since unlinked would
+  # keep those pages alive. Collect then (a full collection costs ~30 ms, so
+  # not for every future that merely has views of live segments mapped).
+  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
   invisible()
 }
 

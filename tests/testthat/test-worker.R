@@ -91,3 +91,27 @@ test_that("a received numeric segment is an ordinary vector over the shared page
   expect_true(res$mapped_before)
   expect_false(res$mapped_after)                 # R freed the vector: unmapped
 })
+
+test_that("receiving a large numeric segment does not raise R's GC trigger", {
+  # R counts a custom-allocated vector nowhere, but allocating one of length n
+  # first ran a full collection and raised the collection trigger by n: a
+  # worker that received an 80 MB matrix let ~80 MB more garbage pile up before
+  # it collected again (and paid ~30 ms per future for that collection).
+  x <- rnorm(1e7)                                 # 80 MB > R's default 64 MB trigger
+  v <- share(x)
+  h <- with_handles(serialize(v, NULL))
+  res <- callr::r(function(h) {
+    library(pageshare)
+    trigger <- function() gc()[2, 4]              # Vcells "gc trigger", MB
+    before <- trigger()
+    p <- unserialize(h)
+    list(before = before, after = trigger(), len = length(p), sum = sum(p),
+         shared = is_shared(p),
+         altrep = any(grepl("pageshare view", utils::capture.output(.Internal(inspect(p))))))
+  }, args = list(h = h))
+  expect_identical(res$len, length(x))
+  expect_equal(res$sum, sum(x))
+  expect_true(res$shared)
+  expect_false(res$altrep)                        # an ordinary vector over the pages
+  expect_lt(res$after - res$before, 8)            # MB; it was + ~80
+})

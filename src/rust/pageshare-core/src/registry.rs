@@ -82,6 +82,14 @@ pub fn mapped() -> Vec<String> {
     v
 }
 
+/// How many mapped segments are no longer linked under their name (their owner
+/// unlinked or replaced them): the pages of those stay alive only as long as
+/// this process maps them, so it is worth collecting garbage views then.
+pub fn stale() -> Vec<String> {
+    let live: Vec<Arc<Segment>> = state().mappings.values().filter_map(Weak::upgrade).collect();
+    live.iter().filter(|s| !s.is_current()).map(|s| s.name().to_string()).collect()
+}
+
 /// Release every registered segment (package unload).
 pub fn release_all() -> usize {
     let all: Vec<Arc<Segment>> = state().registered.drain().map(|(_, s)| s).collect();
@@ -127,5 +135,18 @@ mod tests {
         assert!(!dir.path().join(&name).exists());
         assert_eq!(view.data(), b"abcd"); // still mapped
         assert!(!release(dir.path(), &name));
+    }
+
+    #[test]
+    fn a_mapping_whose_name_was_unlinked_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::named("staletest", "v").unwrap();
+        hold(make(dir.path(), &name));
+        let view = open(dir.path(), &name).unwrap();
+        assert!(!stale().contains(&name));
+        assert!(release(dir.path(), &name)); // unlinked; `view` still maps it
+        assert!(stale().contains(&name));
+        drop(view);
+        assert!(!stale().contains(&name));
     }
 }

@@ -52,6 +52,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_release / 3,
         ps_held / 0,
         ps_mapped / 0,
+        ps_mapped_stale / 0,
         ps_release_all / 0,
         ps_cache_size / 0,
         ps_cache_evict / 1,

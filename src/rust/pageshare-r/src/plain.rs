@@ -12,6 +12,17 @@
 //! reaches the segment. R frees the block through [`free_block`], which unmaps
 //! it and drops the segment reference.
 //!
+//! R's garbage collector must not count these pages as its heap: a vector
+//! from a custom allocator is left out of R's heap total, but allocating one
+//! of length n first runs a full collection and raises R's collection trigger
+//! by n (it then takes many collections to shrink back). A worker that received
+//! a 500 MB matrix would let ~500 MB of garbage pile up before collecting again,
+//! and paid a ~30 ms collection per future. So the vector is allocated with
+//! length [`ALLOC_LEN`] (one cell, no collection, the trigger untouched) and
+//! then given its real length; R frees a custom block without consulting its
+//! length. Vectors longer than R's short-vector limit keep the real-length
+//! allocation (their header layout differs).
+//!
 //! Only numeric vectors whose data start on a page boundary are mapped this way
 //! (whole segments, not slices); everything else is an ALTREP view. Such a
 //! vector is recognised by its data address ([`lookup`]), so `is_shared()`,
@@ -31,6 +42,14 @@ use std::sync::{Arc, Mutex};
 /// Smaller vectors are not worth a mapping of their own.
 const MIN_BYTES: u64 = 64 * 1024;
 
+/// The length a plain vector is allocated with before it gets its real length:
+/// 2, not 1, so that R never marks it as a scalar. At most 16 bytes of data:
+/// one or two 8-byte cells for every numeric type.
+const ALLOC_LEN: R_xlen_t = 2;
+
+/// R's largest short-vector length (longer vectors carry an extra header).
+const SHORT_LEN_MAX: u64 = i32::MAX as u64;
+
 #[repr(C)]
 pub struct RAllocator {
     mem_alloc: Option<unsafe extern "C" fn(*mut RAllocator, usize) -> *mut c_void>,
@@ -42,6 +61,7 @@ pub struct RAllocator {
 #[allow(improper_ctypes)]
 extern "C" {
     fn Rf_allocVector3(t: SEXPTYPE, n: R_xlen_t, allocator: *mut RAllocator) -> SEXP;
+    fn SETLENGTH(x: SEXP, v: R_xlen_t);
 }
 
 /// What a plain shared vector maps.
@@ -52,6 +72,8 @@ pub struct Plain {
     pub len: u64,
     map: PrefixedMapping,
     data_bytes: usize,
+    /// Data bytes R asks the allocator for (those of the allocated length).
+    alloc_data_bytes: usize,
 }
 
 impl Plain {
@@ -75,7 +97,7 @@ unsafe extern "C" fn alloc_block(a: *mut RAllocator, request: usize) -> *mut c_v
     unsafe {
         let p = &*((*a).data as *const Plain);
         // R rounds the data up to whole 8-byte cells; the rest is its header.
-        let cells = p.data_bytes.div_ceil(8) * 8;
+        let cells = p.alloc_data_bytes.div_ceil(8) * 8;
         if request < cells {
             return std::ptr::null_mut();
         }
@@ -113,6 +135,8 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     }
     let map = seg.prefixed_map(start, data_bytes as usize).ok()?;
     let data_addr = map.data() as usize;
+    let short = len <= SHORT_LEN_MAX;
+    let alloc_len = if short { ALLOC_LEN } else { len as R_xlen_t };
     let boxed = Box::into_raw(Box::new(Plain {
         seg: seg.clone(),
         kind,
@@ -120,6 +144,7 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
         len,
         map,
         data_bytes: data_bytes as usize,
+        alloc_data_bytes: (alloc_len as u64 * kind.elem_size()) as usize,
     }));
     let mut allocator = RAllocator {
         mem_alloc: Some(alloc_block),
@@ -129,9 +154,15 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     };
     live().insert(data_addr, boxed as usize);
     // SAFETY: R copies the allocator into the block and calls alloc_block once.
-    let x = unsafe { Rf_allocVector3(sexptype(kind), len as R_xlen_t, &mut allocator) };
-    // SAFETY: x is the new vector; from now on R must duplicate it before writing.
-    unsafe { MARK_NOT_MUTABLE(x) };
+    let x = unsafe { Rf_allocVector3(sexptype(kind), alloc_len, &mut allocator) };
+    // SAFETY: x is the new short vector, its block holds `len` elements of data;
+    // from now on R must duplicate it before writing.
+    unsafe {
+        if short {
+            SETLENGTH(x, len as R_xlen_t);
+        }
+        MARK_NOT_MUTABLE(x);
+    }
     Some(x)
 }
 

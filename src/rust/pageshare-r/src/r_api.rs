@@ -436,6 +436,12 @@ pub extern "C" fn ps_mapped() -> SEXP {
     guard(|| unsafe { Ok(strings(&registry::mapped())) })
 }
 
+/// The number of mapped segments whose file was unlinked or replaced.
+#[no_mangle]
+pub extern "C" fn ps_mapped_stale() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarInteger(registry::stale().len() as i32)) })
+}
+
 /// Release everything this process holds or owns (package unload).
 #[no_mangle]
 pub extern "C" fn ps_release_all() -> SEXP {
