@@ -50,6 +50,21 @@ test_that("sharing the same object twice maps to the same segment", {
   expect_false(identical(shared_info(share(y))$name, shared_info(v1)$name))
 })
 
+test_that("an object shared again after forget_shared() is shared once again (regression)", {
+  # forget_shared() drops the cache entries but not the tokens left in the
+  # sources' headers; a source carrying an old token used to be refused by the
+  # cache, so every later share() of it made a new copy (one per future).
+  x <- rnorm(1e4)
+  first <- shared_info(share(x))$name
+  forget_shared()
+  before <- own_segments()
+  v1 <- share(x)
+  v2 <- share(x)
+  expect_identical(shared_info(v1)$name, shared_info(v2)$name)
+  expect_false(identical(shared_info(v1)$name, first))
+  expect_length(setdiff(own_segments(), before), 1L)
+})
+
 test_that("a view serializes as a small handle only inside with_handles", {
   v <- share(as.double(seq_len(1e6)))
   expect_gt(length(serialize(v, NULL)), 8e6)

@@ -51,9 +51,18 @@ fn tick() -> u64 {
     CLOCK.fetch_add(1, Ordering::Relaxed)
 }
 
+const TOKEN_TAG: u64 = 0x5053_0000_0000_0000;
+const TOKEN_TAG_MASK: u64 = 0xffff_0000_0000_0000;
+
 /// Tokens are large and distinct from any capacity R would store in TRUELENGTH.
 fn fresh_token() -> R_xlen_t {
-    (0x5053_0000_0000_0000u64 | (tick() & 0x0000_ffff_ffff_ffff)) as R_xlen_t
+    (TOKEN_TAG | (tick() & !TOKEN_TAG_MASK)) as R_xlen_t
+}
+
+/// Is this TRUELENGTH a token of ours (left behind by an entry that was dropped,
+/// e.g. by `forget_shared()`), rather than a capacity R keeps there?
+fn is_token(tl: R_xlen_t) -> bool {
+    tl as u64 & TOKEN_TAG_MASK == TOKEN_TAG
 }
 
 /// Find where TRUELENGTH lives in a vector header (called once at load).
@@ -112,10 +121,12 @@ pub unsafe fn lookup(x: SEXP) -> Option<SEXP> {
 pub unsafe fn insert(x: SEXP, view: SEXP, bytes: u64) {
     // SAFETY: x is an ordinary live vector; SET_TRUELENGTH writes its own header.
     unsafe {
-        // TRUELENGTH is ours only while R leaves it at 0: a growable vector
-        // (`x[n + 1] <- v`) keeps its capacity there, and R reads it when the
-        // vector is freed. Such a source is not cached.
-        if ALTREP(x) != 0 || TRUELENGTH(x) != 0 {
+        // TRUELENGTH is ours only while R leaves it at 0 (or at an old token of
+        // ours: a source shared again after its entry was dropped): a growable
+        // vector (`x[n + 1] <- v`) keeps its capacity there, and R reads it when
+        // the vector is freed. Such a source is not cached.
+        let tl = TRUELENGTH(x);
+        if ALTREP(x) != 0 || (tl != 0 && !is_token(tl)) {
             return;
         }
         let token = fresh_token();
