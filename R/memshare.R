@@ -65,7 +65,7 @@ registerVariables <- function(namespace, variableList) {
     el <- variableList[[i]]
     attrs <- attributes(el)
     blob <- if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE)
-    .Call(ps_register, namespace, nms[i], el, as.pairlist(attrs), blob, dir)
+    .Call(ps_register, namespace, nms[i], el, as.pairlist(attrs), blob, dir, release_source())
   }
   invisible(NULL)
 }

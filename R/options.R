@@ -29,9 +29,19 @@
 #'    `pageshare.threshold` bytes) through a shared segment that the caller then
 #'    owns, instead of through the socket. Read by the caller when a future is
 #'    launched.}
+#'  \item{`pageshare.release_source`}{(logical; env `PAGESHARE_RELEASE_SOURCE`;
+#'    default `TRUE`) When a large ordinary vector is shared, its data are copied
+#'    into a segment; with this option the vector's own memory is then given
+#'    back to the system and its pages become (copy-on-write) mappings of the
+#'    segment's pages, which hold the same bytes. The vector is unchanged for R
+#'    (same object, same address, same values), but the data are held once
+#'    instead of twice. Applies to vectors of at least 1 MiB that glibc's
+#'    malloc() placed in a memory region of their own (the usual case for large
+#'    vectors); others keep their memory. Set to `FALSE` to always keep it.}
 #' }
 #' @name pageshare_options
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
+#'   pageshare.share_results pageshare.release_source
 #' @examples
 #' getOption("pageshare.dir")
 #' old <- options(pageshare.threshold = 64 * 1024)
@@ -43,6 +53,7 @@ option_defaults <- list(
                                default = function() tryCatch(0.25 * .Call(ps_free_bytes, segment_dir()),
                                                              error = function(e) Inf)),
   pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
+  pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
   pageshare.workers = list(env = "PAGESHARE_WORKERS", default = function() parallel::detectCores(),
                            parse = as.integer)
@@ -78,6 +89,8 @@ cache_limit <- function() {
   l <- getOption("pageshare.cache_limit", Inf)
   if (!is.numeric(l) || length(l) != 1L || is.na(l) || l < 0) Inf else l
 }
+
+release_source <- function() isTRUE(getOption("pageshare.release_source", TRUE))
 
 worker_count <- function() {
   n <- getOption("pageshare.workers", parallel::detectCores())

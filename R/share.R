@@ -49,7 +49,7 @@ share <- function(x) {
 share_value <- function(x, where) {
   arm_gc_hook()
   if (is_shareable_vector(x)) {
-    return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir(), cache_limit()))
+    return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir(), cache_limit(), release_source()))
   }
   if (typeof(x) == "list") {
     return(share_list(x, where))

@@ -6,13 +6,16 @@ own_segments <- function() {
   grep(sprintf("^pageshare\\.a\\.%d\\.", Sys.getpid()), shared_segments(all = TRUE), value = TRUE)
 }
 
-# Private memory of a process (kB): pages only it maps, from smaps_rollup.
-private_kb <- function(pid) {
+# Memory a process holds for itself (kB): its anonymous pages, which include
+# every copy it made of file pages (copy-on-write), from smaps_rollup. (Not
+# Private_Clean: a segment page that only this process has mapped so far counts
+# there too, although it is the segment's page-cache page, not a copy.)
+own_kb <- function(pid) {
   f <- readLines(sprintf("/proc/%d/smaps_rollup", pid))
   get <- function(key) {
     as.numeric(sub("^[^:]+:\\s+(\\d+) kB$", "\\1", grep(paste0("^", key, ":"), f, value = TRUE)))
   }
-  get("Private_Clean") + get("Private_Dirty")
+  get("Anonymous")
 }
 
 # A PSOCK cluster with pageshare loaded, stopped when the calling test ends.

@@ -1,16 +1,16 @@
-test_that("a worker reads a 200 MB view with < 5% private memory growth", {
+test_that("a worker reads a 200 MB view with < 5% growth of its own memory", {
   skip_if_not(file.exists(sprintf("/proc/%d/smaps_rollup", Sys.getpid())), "no smaps_rollup")
   n <- 25e6                                  # 200 MB of doubles
   v <- share(as.double(seq_len(n)) * 1.5)
   cl <- local_cluster(1L)
   wpid <- parallel::clusterEvalQ(cl, Sys.getpid())[[1]]
   parallel::clusterEvalQ(cl, invisible(gc()))
-  before <- private_kb(wpid)
+  before <- own_kb(wpid)
   got <- with_handles(parallel::clusterCall(cl, function(v) {
     assign("v", v, envir = globalenv())
     c(is_shared = is_shared(v), sum = sum(v), first = v[1], last = v[length(v)])
   }, v))[[1]]
-  grown_kb <- private_kb(wpid) - before
+  grown_kb <- own_kb(wpid) - before
   expect_true(as.logical(got[["is_shared"]]))
   expect_identical(got[["sum"]], sum(v))
   expect_lt(grown_kb * 1024, 0.05 * 8 * n)

@@ -23,10 +23,15 @@ use crate::error::{Error, Result};
 pub const MAGIC: [u8; 8] = *b"PGSHARE\0";
 pub const VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 128;
-/// Data starts on a page boundary: aligned for every R element type, and a
-/// receiving process can map the data pages right behind an R vector header
-/// (see pageshare-r's `plain.rs`).
+/// Data starts at least one page into the file, at a chosen offset within its
+/// page (the *phase*, a multiple of [`ELEM_ALIGN`]): a receiving process maps the
+/// data behind an R vector header written into a private copy of the page before
+/// (pageshare-r's `plain.rs`), and the creator can re-point the page-aligned
+/// interior of its own source vector at the segment's pages when the phase
+/// matches the source's address.
 pub const DATA_ALIGN: u64 = 4096;
+/// Alignment of the data for every R element type.
+pub const ELEM_ALIGN: u64 = 8;
 pub const READY_OFFSET: usize = 28;
 /// Where the owner (pid u32, pad, start time u64) is written; rewritten on adoption.
 pub const OWNER_OFFSET: usize = 64;
@@ -113,6 +118,23 @@ impl Header {
         owner_pid: u32,
         owner_start: u64,
     ) -> Result<Header> {
+        Header::plan_at(kind, length, data_len, attr_len, owner_pid, owner_start, 0)
+    }
+
+    /// [`Header::plan`] with the data starting `phase` bytes into a page
+    /// (`phase` < [`DATA_ALIGN`], a multiple of [`ELEM_ALIGN`]).
+    pub fn plan_at(
+        kind: Kind,
+        length: u64,
+        data_len: u64,
+        attr_len: u64,
+        owner_pid: u32,
+        owner_start: u64,
+        phase: u64,
+    ) -> Result<Header> {
+        if phase >= DATA_ALIGN || !phase.is_multiple_of(ELEM_ALIGN) {
+            return Err(Error::Argument(format!("data phase {phase} is not a multiple of {ELEM_ALIGN} below {DATA_ALIGN}")));
+        }
         let too_big = || Error::Argument(format!("a vector of {length} elements is too large to share"));
         if kind.layout() == 0 && length.checked_mul(kind.elem_size()) != Some(data_len) {
             return Err(Error::Argument(format!(
@@ -122,7 +144,8 @@ impl Header {
         }
         let attr_offset = HEADER_LEN as u64;
         let data_offset = round_up(attr_offset.checked_add(attr_len).ok_or_else(too_big)?, DATA_ALIGN)
-            .ok_or_else(too_big)?;
+            .ok_or_else(too_big)?
+            + phase;
         let total_size = data_offset.checked_add(data_len).ok_or_else(too_big)?;
         if total_size > i64::MAX as u64 {
             return Err(too_big());
@@ -221,7 +244,7 @@ impl Header {
                 if h.attr_offset >= HEADER_LEN as u64 && ae <= h.data_offset && de <= h.total_size => {}
             _ => return Err(bad("its offsets do not fit in the file".into())),
         }
-        if !h.data_offset.is_multiple_of(DATA_ALIGN) {
+        if !h.data_offset.is_multiple_of(ELEM_ALIGN) || h.data_offset < DATA_ALIGN {
             return Err(bad("its data is not aligned".into()));
         }
         if kind.layout() == 0 && length.checked_mul(kind.elem_size()) != Some(h.data_len) {
@@ -262,9 +285,12 @@ mod tests {
         #[test]
         fn header_round_trips(kind in kinds(), length in 0u64..(1u64 << 40), attr_len in 0u64..100_000,
                               strbytes in 0u64..(1u64 << 40), pid in any::<u32>(), start in any::<u64>(),
-                              ready in any::<bool>()) {
+                              ready in any::<bool>(), phase_cells in 0u64..(DATA_ALIGN / ELEM_ALIGN)) {
             let data_len = if kind.layout() == 0 { length * kind.elem_size() } else { strbytes };
-            let mut h = Header::plan(kind, length, data_len, attr_len, pid, start).unwrap();
+            let phase = phase_cells * ELEM_ALIGN;
+            let mut h = Header::plan_at(kind, length, data_len, attr_len, pid, start, phase).unwrap();
+            prop_assert_eq!(h.data_offset % DATA_ALIGN, phase);
+            prop_assert!(h.data_offset >= h.attr_offset + attr_len && h.data_offset >= DATA_ALIGN);
             h.ready = ready;
             let bytes = h.encode();
             let back = Header::parse(&bytes, h.total_size, "t").unwrap();
@@ -310,6 +336,11 @@ mod tests {
         assert_eq!(h.total_size, h.data_offset);
         let h = Header::plan(Kind::Raw, 3, 3, 77, 1, 1).unwrap();
         assert_eq!(h.data_offset, 4096);
+        let h = Header::plan_at(Kind::Double, 3, 24, 5000, 1, 1, 64).unwrap();
+        assert_eq!(h.data_offset, 8192 + 64);
+        assert_eq!(Header::parse(&h.encode(), h.total_size, "t").unwrap(), h);
+        assert!(Header::plan_at(Kind::Double, 3, 24, 0, 1, 1, 4).is_err());
+        assert!(Header::plan_at(Kind::Double, 3, 24, 0, 1, 1, 4096).is_err());
     }
 
     #[test]

@@ -109,81 +109,149 @@ pub fn read_word(addr: usize) -> Option<i64> {
     (n == 8).then_some(out)
 }
 
+/// Is malloc() glibc's own (no allocator interposed with LD_PRELOAD)? Only then
+/// does [`glibc_mmapped_chunk`] mean anything.
+pub fn glibc_malloc_in_use() -> bool {
+    // SAFETY: dlsym with NUL-terminated names; the results are only compared.
+    unsafe {
+        let malloc = libc::dlsym(libc::RTLD_DEFAULT, c"malloc".as_ptr());
+        let glibc = libc::dlsym(libc::RTLD_DEFAULT, c"__libc_malloc".as_ptr());
+        !malloc.is_null() && malloc == glibc
+    }
+}
+
+/// If `mem` was returned by glibc's malloc() as a chunk of its own mmap()ed
+/// region (glibc does that for blocks of 128 KiB to 32 MiB and more), that
+/// region as (start, length): free(mem) unmaps exactly that range. Reads the
+/// chunk header (size word with its IS_MMAPPED bit, and the alignment offset
+/// before it) without faulting, and checks that it is consistent.
+pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
+    const IS_MMAPPED: i64 = 0x2;
+    const CHUNK_HEADER: usize = 16;
+    let page = page_size();
+    let size_word = read_word(mem.checked_sub(8)?)?;
+    if size_word & IS_MMAPPED == 0 || size_word & 0x4 != 0 {
+        return None; // not mmapped (or flagged as belonging to another arena)
+    }
+    let chunk_size = (size_word & !0x7) as usize;
+    let offset = read_word(mem.checked_sub(CHUNK_HEADER)?)? as usize; // prev_size
+    let start = mem.checked_sub(CHUNK_HEADER)?.checked_sub(offset)?;
+    let len = chunk_size.checked_add(offset)?;
+    (start.is_multiple_of(page) && len.is_multiple_of(page) && offset < page).then_some((start, len))
+}
+
+/// Does one private anonymous mapping (rw-p, no file) of this process cover
+/// [start, end)? Read from /proc/self/maps.
+pub fn private_anonymous_covers(start: usize, end: usize) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    maps.lines().any(|line| {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            return false;
+        };
+        let Some((a, b)) = range.split_once('-') else { return false };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { return false };
+        a <= start && end <= b && perms == "rw-p" && inode == "0" && f.next().is_none()
+    })
+}
+
+/// Are there at least `spare` more mappings allowed for this process?
+fn mapping_room(spare: usize) -> bool {
+    let max = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|s| s.trim().parse::<usize>().ok());
+    let used = std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count()).ok();
+    matches!((max, used), (Some(max), Some(used)) if used + spare < max)
+}
+
+/// Replace the pages [addr, addr + len) of this process by a private (copy on
+/// write) mapping of `file` from `offset`.
+///
+/// # Safety
+/// [addr, addr + len) must be page-aligned memory this process owns whose
+/// contents equal the file's bytes there (so nothing reading it can tell), and
+/// nothing may write it concurrently; whoever frees that memory must unmap the
+/// whole range (as glibc does for an mmap()ed chunk).
+pub unsafe fn map_private_over(addr: usize, len: usize, file: &File, offset: u64) -> std::io::Result<()> {
+    // A MAP_FIXED mapping that fails after the kernel has discarded the old pages
+    // would lose them; the one way it fails for a readable file is running out of
+    // mappings (splitting a region adds two), so leave a wide margin.
+    if !mapping_room(64) {
+        return Err(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "too close to vm.max_map_count"));
+    }
+    // SAFETY: per the contract above; MAP_FIXED replaces exactly that range.
+    let got = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_FIXED,
+            file.as_raw_fd(),
+            offset as libc::off_t,
+        )
+    };
+    if got == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
 
-/// A mapping laid out as `[one private anonymous page][file pages, private]`:
-/// the file's bytes from a page-aligned offset start exactly at the second page,
-/// so that a caller can place a header of up to one page right in front of the
-/// file data (R's custom vector allocator puts its vector header there). Every
-/// page is MAP_PRIVATE: reads of the file pages share the page cache, a write
-/// copies the page and never reaches the file. Unmapped on drop.
+/// A private mapping of a file's bytes from `file_offset` on, together with the
+/// file page before them, so that a caller can place a header of up to one page
+/// right in front of the data (R's custom vector allocator puts its vector
+/// header there). Every page is MAP_PRIVATE: reads share the page cache, a write
+/// (such as the header's, which lands in the page before the data) copies that
+/// page and never reaches the file. Unmapped on drop.
 pub struct PrefixedMapping {
     base: *mut u8,
     len: usize,
-    page: usize,
+    /// Offset of the data from `base`: at least one page.
+    lead: usize,
 }
 
 impl PrefixedMapping {
-    /// Map `data_len` bytes of `file` from `file_offset` (a multiple of the page
-    /// size) behind one private page.
+    /// Map `data_len` bytes of `file` from `file_offset` (at least one page into
+    /// the file, a multiple of 8) behind the rest of their page and the page before.
     pub fn new(file: &File, file_offset: u64, data_len: usize) -> std::io::Result<PrefixedMapping> {
-        let page = page_size();
-        if file_offset % page as u64 != 0 {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset not page-aligned"));
+        let page = page_size() as u64;
+        if file_offset < page || !file_offset.is_multiple_of(8) {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "data offset below one page or unaligned"));
         }
-        let data_pages = data_len.div_ceil(page).max(1) * page;
-        let len = page + data_pages;
-        // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+        let map_start = file_offset / page * page - page;
+        let lead = (file_offset - map_start) as usize;
+        let len = (lead + data_len).div_ceil(page as usize) * page as usize;
+        // SAFETY: a fresh private mapping of our own file; nothing else refers to it.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                map_start as libc::off_t,
             )
         };
         if base == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        let base = base.cast::<u8>();
-        if data_len > 0 {
-            // SAFETY: replaces pages inside our own reservation [base, base + len).
-            let data = unsafe {
-                libc::mmap(
-                    base.add(page).cast(),
-                    data_pages,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_FIXED,
-                    file.as_raw_fd(),
-                    file_offset as libc::off_t,
-                )
-            };
-            if data == libc::MAP_FAILED {
-                let err = std::io::Error::last_os_error();
-                // SAFETY: unmapping our own reservation.
-                unsafe { libc::munmap(base.cast(), len) };
-                return Err(err);
-            }
-        }
-        Ok(PrefixedMapping { base, len, page })
+        Ok(PrefixedMapping { base: base.cast(), len, lead })
     }
 
     /// The first byte of the file data.
     pub fn data(&self) -> *mut u8 {
-        // SAFETY: the data starts one page into the mapping.
-        unsafe { self.base.add(self.page) }
+        // SAFETY: lead < len: the data start lies inside the mapping.
+        unsafe { self.base.add(self.lead) }
     }
 
     /// Where a block whose first `prefix` bytes precede the data must start.
     pub fn block(&self, prefix: usize) -> Option<*mut u8> {
-        // SAFETY: prefix <= page keeps the pointer inside the first page.
-        (prefix <= self.page).then(|| unsafe { self.data().sub(prefix) })
+        // SAFETY: prefix <= lead keeps the pointer inside the mapping.
+        (prefix <= self.lead).then(|| unsafe { self.data().sub(prefix) })
     }
 }
 
@@ -246,22 +314,63 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let mut bytes = vec![0u8; 3 * 4096];
-        bytes[4096] = 7;
-        bytes[4096 + 5000] = 9;
+        for (at, v) in [(4096, 7u8), (4096 + 5000, 9), (4096 + 64, 11), (4096 + 64 + 5000, 13)] {
+            bytes[at] = v;
+        }
         std::fs::write(&path, &bytes).unwrap();
         let file = File::open(&path).unwrap();
-        let m = PrefixedMapping::new(&file, 4096, 6000).unwrap();
-        let block = m.block(80).unwrap();
-        unsafe {
-            *block = 1; // the private page is writable
-            assert_eq!(*m.data(), 7);
-            assert_eq!(*m.data().add(5000), 9);
-            *m.data() = 42; // copy-on-write: the file is untouched
-            assert_eq!(*m.data(), 42);
+        // data on a page boundary and 64 bytes into a page (a source's phase)
+        for (offset, first, later) in [(4096u64, 7u8, 9u8), (4096 + 64, 11, 13)] {
+            let m = PrefixedMapping::new(&file, offset, 6000).unwrap();
+            let block = m.block(80).unwrap();
+            unsafe {
+                *block = 1; // the header's page is writable (a private copy)
+                assert_eq!(*m.data(), first);
+                assert_eq!(*m.data().add(5000), later);
+                *m.data() = 42; // copy-on-write: the file is untouched
+                assert_eq!(*m.data(), 42);
+            }
+            assert!(m.block(page_size() + offset as usize % 4096).is_some());
+            assert!(m.block(page_size() + offset as usize % 4096 + 1).is_none());
         }
-        assert_eq!(std::fs::read(&path).unwrap()[4096], 7);
-        assert!(PrefixedMapping::new(&file, 100, 10).is_err());
-        assert!(m.block(page_size() + 1).is_none());
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        assert!(PrefixedMapping::new(&file, 100, 10).is_err()); // less than a page in
+        assert!(PrefixedMapping::new(&file, 4100, 10).is_err()); // unaligned
+    }
+
+    #[test]
+    fn a_large_malloc_is_a_glibc_mmapped_chunk_that_can_be_backed_by_a_file() {
+        assert!(glibc_malloc_in_use());
+        let n = 8 << 20;
+        // SAFETY: plain malloc/free of a buffer we fill and read.
+        unsafe {
+            let p = libc::malloc(n) as *mut u8;
+            assert!(!p.is_null());
+            std::ptr::write_bytes(p, 5, n);
+            let (start, len) = glibc_mmapped_chunk(p as usize).expect("an mmapped chunk");
+            assert!(start <= p as usize && p as usize + n <= start + len);
+            assert!(private_anonymous_covers(start, start + len));
+            // Back the page-aligned interior by a file holding the same bytes.
+            let page = page_size();
+            let lo = (p as usize).div_ceil(page) * page;
+            let hi = (p as usize + n) / page * page;
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f");
+            std::fs::write(&path, vec![5u8; hi - lo]).unwrap();
+            let file = File::open(&path).unwrap();
+            map_private_over(lo, hi - lo, &file, 0).unwrap();
+            assert!(!private_anonymous_covers(start, start + len)); // now file-backed in the middle
+            assert!((0..n).step_by(4093).all(|i| *p.add(i) == 5));
+            *p.add(n / 2) = 9; // copy on write: the file is unchanged
+            assert_eq!(*p.add(n / 2), 9);
+            assert_eq!(std::fs::read(&path).unwrap()[n / 2 - (lo - p as usize)], 5);
+            libc::free(p.cast()); // unmaps the whole region, file pages included
+            assert!(read_word(lo).is_none());
+            // A small block lives in the heap, not in a chunk of its own.
+            let q = libc::malloc(64);
+            assert!(glibc_mmapped_chunk(q as usize).is_none());
+            libc::free(q);
+        }
     }
 
     #[test]

@@ -42,11 +42,19 @@ pub fn open(dir: &Path, name: &str) -> Result<Arc<Segment>> {
 
 /// Create a segment owned by this process and remember its mapping.
 pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Arc<Segment>> {
-    let seg = Arc::new(Segment::create(dir, name, contents, fill)?);
+    Ok(remember(Arc::new(Segment::create(dir, name, contents, fill)?)))
+}
+
+/// [`Segment::create_copy`] and remember its mapping.
+pub fn create_copy(dir: &Path, name: &str, contents: Contents<'_>, data: &[u8], phase: u64) -> Result<Arc<Segment>> {
+    Ok(remember(Arc::new(Segment::create_copy(dir, name, contents, data, phase)?)))
+}
+
+fn remember(seg: Arc<Segment>) -> Arc<Segment> {
     let mut st = state();
     st.mappings.retain(|_, w| w.strong_count() > 0);
-    st.mappings.insert((dir.to_path_buf(), name.to_string()), Arc::downgrade(&seg));
-    Ok(seg)
+    st.mappings.insert((seg.dir().to_path_buf(), seg.name().to_string()), Arc::downgrade(&seg));
+    seg
 }
 
 /// Keep a named segment alive until [`release`] (memshare's registerVariables).

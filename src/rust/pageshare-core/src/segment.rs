@@ -65,36 +65,14 @@ pub struct Contents<'a> {
 impl Segment {
     /// Create, reserve and fill a new segment `dir/name`, then map it read-only.
     /// `fill` receives the (zeroed) data area and must write all of it.
+    ///
+    /// The pages are reserved (posix_fallocate) before `fill` writes through a
+    /// shared mapping: writing into a tmpfs page that cannot be backed raises
+    /// SIGBUS, while a failed reservation is an ordinary error.
     pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Segment> {
-        let (pid, start) = self_identity();
-        let mut header = Header::plan(
-            contents.kind,
-            contents.length,
-            contents.data_len,
-            contents.attributes.len() as u64,
-            pid,
-            start,
-        )?;
-        let free = os::free_bytes(dir)?;
-        if header.total_size > free {
-            return Err(Error::NoSpace { dir: dir.display().to_string(), needed: header.total_size, free });
-        }
-        let path = dir.join(name);
-        let file = match create_exclusive(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(already_exists(dir, name));
-            }
-            Err(e) => return Err(Error::os(format!("cannot create {}", path.display()), e)),
-        };
-        // From here on the file exists: remove it on every failure.
-        let guard = RemoveOnError(Some(path.clone()));
+        let (mut header, file, path, guard) = Segment::begin(dir, name, &contents, 0)?;
         if let Err(e) = os::reserve(&file, header.total_size) {
-            if e.raw_os_error() == Some(libc::ENOSPC) {
-                let free = os::free_bytes(dir).unwrap_or(0);
-                return Err(Error::NoSpace { dir: dir.display().to_string(), needed: header.total_size, free });
-            }
-            return Err(Error::os(format!("cannot reserve {} bytes for {}", header.total_size, path.display()), e));
+            return Err(write_error(e, dir, &path, header.total_size));
         }
         // SAFETY: the file was just created exclusively by us, has mode 0600 and its
         // full length is reserved; no other process writes it.
@@ -109,9 +87,81 @@ impl Segment {
         map[READY_OFFSET..READY_OFFSET + 4].copy_from_slice(&1u32.to_le_bytes());
         header.ready = true;
         let map = map.make_read_only().map_err(|e| Error::os("cannot make the segment read-only", e))?;
-        guard.disarm();
-        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path, pid);
+        Segment::finish(dir, name, file, path, guard, map, header)
+    }
+
+    /// Create a segment `dir/name` holding a copy of `data`, starting `phase`
+    /// bytes into a page (see [`Header::plan_at`]), then map it read-only.
+    ///
+    /// The bytes are written with pwrite(), never through a mapping: on a full
+    /// tmpfs the write fails with ENOSPC (an error, not SIGBUS), and the kernel
+    /// fills each page as it allocates it instead of zeroing it first and then
+    /// taking a page fault per page (0.19 s instead of 0.24 s for 512 MB here).
+    pub fn create_copy(dir: &Path, name: &str, contents: Contents<'_>, data: &[u8], phase: u64) -> Result<Segment> {
+        if data.len() as u64 != contents.data_len {
+            return Err(Error::Argument(format!("{} data bytes given for {} planned", data.len(), contents.data_len)));
+        }
+        let (mut header, file, path, guard) = Segment::begin(dir, name, &contents, phase)?;
+        let write = |bytes: &[u8], at: u64| {
+            std::os::unix::fs::FileExt::write_all_at(&file, bytes, at)
+                .map_err(|e| write_error(e, dir, &path, header.total_size))
+        };
+        write(&header.encode(), 0)?;
+        write(contents.attributes, header.attr_offset)?;
+        write(data, header.data_offset)?;
+        // The holes (padding before the data) read as zeros and take no memory.
+        file.set_len(header.total_size).map_err(|e| write_error(e, dir, &path, header.total_size))?;
+        // Mark ready last, so a reader never sees a half-written segment as complete.
+        write(&1u32.to_le_bytes(), READY_OFFSET as u64)?;
+        header.ready = true;
+        // SAFETY: mapped read-only; the file is ours (exclusive create, 0600) and
+        // complete; nobody writes it from now on.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::os("cannot map the new segment", e))?;
+        Segment::finish(dir, name, file, path, guard, map, header)
+    }
+
+    /// Plan the header, check the free space and create the file exclusively
+    /// (mode 0600); the guard removes the file unless the creation completes.
+    fn begin(dir: &Path, name: &str, contents: &Contents<'_>, phase: u64) -> Result<(Header, File, PathBuf, RemoveOnError)> {
+        let (pid, start) = self_identity();
+        let header = Header::plan_at(
+            contents.kind,
+            contents.length,
+            contents.data_len,
+            contents.attributes.len() as u64,
+            pid,
+            start,
+            phase,
+        )?;
+        let free = os::free_bytes(dir)?;
+        if header.total_size > free {
+            return Err(Error::NoSpace { dir: dir.display().to_string(), needed: header.total_size, free });
+        }
+        let path = dir.join(name);
+        let file = match create_exclusive(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(already_exists(dir, name));
+            }
+            Err(e) => return Err(Error::os(format!("cannot create {}", path.display()), e)),
+        };
+        let guard = RemoveOnError(Some(path.clone()));
+        Ok((header, file, path, guard))
+    }
+
+    fn finish(
+        dir: &Path,
+        name: &str,
+        file: File,
+        path: PathBuf,
+        guard: RemoveOnError,
+        map: Mmap,
+        header: Header,
+    ) -> Result<Segment> {
         let identity = file_identity(&file).map_err(|e| Error::os("cannot stat the new segment", e))?;
+        guard.disarm();
+        let pid = header.owner_pid;
+        OWNED.lock().unwrap_or_else(|p| p.into_inner()).insert(path, pid);
         Ok(Segment { name: name.to_string(), dir: dir.to_path_buf(), identity, map, header, creator: AtomicU32::new(pid) })
     }
 
@@ -215,12 +265,30 @@ impl Segment {
     }
 
     /// A [`os::PrefixedMapping`] of `len` data bytes starting `offset` bytes into
-    /// the data (the file offset must fall on a page boundary). Reopens the file
+    /// the data (`offset` a multiple of 8). Reopens the file
     /// by name and closes it again (see [`Segment::private_map`]).
     pub fn prefixed_map(&self, offset: u64, len: usize) -> Result<os::PrefixedMapping> {
         let file = self.reopen()?;
         os::PrefixedMapping::new(&file, self.header.data_offset + offset, len)
             .map_err(|e| Error::os(format!("cannot map {} behind a header", self.name), e))
+    }
+
+    /// Make the memory [addr, addr + len) a private mapping of this segment's
+    /// data from byte `data_pos` on (a page-aligned file offset): see
+    /// [`os::map_private_over`], whose contract the caller keeps.
+    ///
+    /// # Safety
+    /// As for [`os::map_private_over`], with the segment's data bytes from
+    /// `data_pos` as the contents.
+    pub unsafe fn map_data_over(&self, addr: usize, len: usize, data_pos: u64) -> Result<()> {
+        let end = data_pos.checked_add(len as u64);
+        if end.is_none_or(|e| e > self.header.data_len) {
+            return Err(Error::Argument(format!("{len} bytes from {data_pos} exceed the data of {}", self.name)));
+        }
+        let file = self.reopen()?;
+        // SAFETY: forwarded to the caller.
+        unsafe { os::map_private_over(addr, len, &file, self.header.data_offset + data_pos) }
+            .map_err(|e| Error::os(format!("cannot map {} over its source", self.name), e))
     }
 
     /// Open the segment's file again by name, refusing a different file that has
@@ -316,6 +384,17 @@ pub fn read_owner(path: &Path) -> Option<(u32, u64)> {
     Header::parse_owner(&buf)
 }
 
+/// A failed reservation or write: ENOSPC becomes the no-space error (with the
+/// free space once our partial file is gone), anything else names the file.
+fn write_error(e: std::io::Error, dir: &Path, path: &Path, needed: u64) -> Error {
+    if e.raw_os_error() == Some(libc::ENOSPC) {
+        let _ = std::fs::remove_file(path);
+        let free = os::free_bytes(dir).unwrap_or(0);
+        return Error::NoSpace { dir: dir.display().to_string(), needed, free };
+    }
+    Error::os(format!("cannot write {needed} bytes to {}", path.display()), e)
+}
+
 struct RemoveOnError(Option<PathBuf>);
 impl RemoveOnError {
     fn disarm(mut self) {
@@ -362,6 +441,29 @@ mod tests {
         drop(r); // a reader never unlinks
         assert!(path.exists());
         drop(s);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn copy_at_a_phase_reads_back_and_is_private_to_the_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let name = naming::anonymous().unwrap();
+        let v: Vec<u8> = (0..20_000u32).flat_map(|i| (i as f64).to_le_bytes()).collect();
+        let contents = Contents { kind: Kind::Double, length: 20_000, data_len: v.len() as u64, attributes: b"dims" };
+        let s = Segment::create_copy(dir.path(), &name, contents, &v, 64).unwrap();
+        let path = dir.path().join(&name);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        let r = Segment::open(dir.path(), &name).unwrap();
+        assert_eq!(r.header().data_offset % 4096, 64);
+        assert_eq!(r.data(), &v[..]);
+        assert_eq!(r.attributes(), b"dims");
+        assert!(s.owned_here());
+        // A wrong data length is refused before any file is made.
+        let other = naming::anonymous().unwrap();
+        let bad = Contents { kind: Kind::Double, length: 2, data_len: 16, attributes: b"" };
+        assert!(Segment::create_copy(dir.path(), &other, bad, &v[..8], 0).is_err());
+        assert!(!dir.path().join(&other).exists());
+        drop((r, s));
         assert!(!path.exists());
     }
 

@@ -10,6 +10,7 @@ pub mod cache;
 pub mod plain;
 pub mod r_api;
 pub mod rapi;
+pub mod source_pages;
 pub mod view;
 
 use rapi::*;
@@ -40,13 +41,13 @@ extern "C" fn unlink_at_exit() {
 #[no_mangle]
 pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
     let entries = call_entries![
-        ps_share / 4,
+        ps_share / 5,
         ps_is_view / 1,
         ps_view_info / 1,
         ps_scope / 1,
         ps_sweep / 1,
         ps_list_segments / 1,
-        ps_register / 6,
+        ps_register / 7,
         ps_retrieve / 3,
         ps_set_attributes / 2,
         ps_release / 3,

@@ -6,10 +6,10 @@
 //! process that unserializes a handle therefore gets an *ordinary* R vector
 //! whose data pages are the segment's pages: R's custom allocator interface
 //! (`allocVector3`, meant for "COW mmap()") lets us hand R a block laid out as
-//! `[allocator copy + vector header | segment data]`, with the header on a
-//! private page and the data mapped MAP_PRIVATE from the segment file. Reads hit
-//! the shared page cache; a write copies only the page written and never
-//! reaches the segment. R frees the block through [`free_block`], which unmaps
+//! `[allocator copy + vector header | segment data]`, all mapped MAP_PRIVATE
+//! from the segment file: the header is written into (a private copy of) the
+//! file page before the data. Reads hit the shared page cache; a write copies
+//! only the page written and never reaches the segment. R frees the block through [`free_block`], which unmaps
 //! it and drops the segment reference.
 //!
 //! R's garbage collector must not count these pages as its heap: a vector
@@ -23,8 +23,8 @@
 //! length. Vectors longer than R's short-vector limit keep the real-length
 //! allocation (their header layout differs).
 //!
-//! Only numeric vectors whose data start on a page boundary are mapped this way
-//! (whole segments, not slices); everything else is an ALTREP view. Such a
+//! Numeric vectors (whole segments and slices) whose data are 8-byte aligned in
+//! the file are mapped this way; everything else is an ALTREP view. Such a
 //! vector is recognised by its data address ([`lookup`]), so `is_shared()`,
 //! `shared_info()` and `share()` (which turns it back into a view of the same
 //! segment, to travel as a handle again) keep working.
@@ -129,8 +129,7 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     }
     let data_bytes = len.checked_mul(kind.elem_size())?;
     let start = offset.checked_mul(kind.elem_size())?;
-    let page = pageshare_core::os::page_size() as u64;
-    if data_bytes < MIN_BYTES || (seg.header().data_offset + start) % page != 0 {
+    if data_bytes < MIN_BYTES || !(seg.header().data_offset + start).is_multiple_of(8) {
         return None;
     }
     let map = seg.prefixed_map(start, data_bytes as usize).ok()?;

@@ -1,3 +1,4 @@
+#![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
 //! The `.Call` entry points. Each is a thin shell: argument checks, then core
 //! calls, all inside [`guard`] so errors and panics become R errors.
 
@@ -5,6 +6,7 @@ use crate::boundary::{guard, msg};
 use crate::cache;
 use crate::plain;
 use crate::rapi::*;
+use crate::source_pages;
 use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};
 use pageshare_core::header::Kind;
 use pageshare_core::segment::Contents;
@@ -118,62 +120,52 @@ unsafe fn string_items(x: SEXP) -> Vec<Option<(&'static [u8], Encoding)>> {
     }
 }
 
-/// Copy `x`'s data into a new segment `dir/name` and return a view of it.
-unsafe fn copy_into_segment(x: SEXP, dir: &Path, name: &str, attr_blob: &[u8], hold: bool) -> Result<SEXP, String> {
+/// Copy `x`'s data into a new segment `dir/name` and return a view of it. With
+/// `release_source`, `x`'s own pages are then replaced by the segment's
+/// (source_pages.rs), so that the data are held once.
+unsafe fn copy_into_segment(
+    x: SEXP,
+    dir: &Path,
+    name: &str,
+    attr_blob: &[u8],
+    hold: bool,
+    release_source: bool,
+) -> Result<SEXP, String> {
     // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
     unsafe {
         let kind = kind_of(x)?;
-        if kind == Kind::Character {
+        let seg = if kind == Kind::Character {
             let items = string_items(x);
             let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
-            let len = items.len() as u64;
-            let data_len = strings::packed_len(len, total).ok_or("the character vector is too large to share")?;
-            let contents = Contents { kind, length: len, data_len, attributes: attr_blob };
-            let seg = registry::create(dir, name, contents, |dst| strings::pack(items.iter().copied(), dst))
-                .map_err(msg)?;
-            if hold {
-                registry::hold(seg.clone());
+            let data_len = strings::packed_len(items.len() as u64, total).ok_or("the character vector is too large to share")?;
+            let contents = Contents { kind, length: items.len() as u64, data_len, attributes: attr_blob };
+            registry::create(dir, name, contents, |dst| strings::pack(items.iter().copied(), dst)).map_err(msg)?
+        } else {
+            let len = XLENGTH(x) as u64;
+            let bytes = (len * kind.elem_size()) as usize;
+            let data: &[u8] = if bytes > 0 { std::slice::from_raw_parts(DATAPTR_RO(x).cast::<u8>(), bytes) } else { &[] };
+            // The phase only matters for a source whose pages can be released.
+            let phase = if bytes > 0 && ALTREP(x) == 0 { source_pages::phase_of(x) } else { 0 };
+            let contents = Contents { kind, length: len, data_len: bytes as u64, attributes: attr_blob };
+            let seg = registry::create_copy(dir, name, contents, data, phase).map_err(msg)?;
+            if release_source && ALTREP(x) == 0 {
+                source_pages::release(x, &seg);
             }
-            return Ok(make_view(seg, kind, 0, len));
-        }
-        let len = XLENGTH(x) as u64;
-        let bytes = (len * kind.elem_size()) as usize;
-        let src = if bytes > 0 { DATAPTR_RO(x).cast::<u8>() } else { std::ptr::null() };
-        let contents = Contents { kind, length: len, data_len: bytes as u64, attributes: attr_blob };
-        let seg = registry::create(dir, name, contents, |dst| {
-            if bytes > 0 {
-                parallel_copy(std::slice::from_raw_parts(src, bytes), dst)
-            }
-        })
-        .map_err(msg)?;
+            seg
+        };
         if hold {
             registry::hold(seg.clone());
         }
+        let len = seg.header().length;
         Ok(make_view(seg, kind, 0, len))
     }
-}
-
-/// memcpy, split over two threads for large buffers (no R involved).
-fn parallel_copy(src: &[u8], dst: &mut [u8]) {
-    const SPLIT_ABOVE: usize = 64 << 20;
-    if src.len() < SPLIT_ABOVE {
-        dst.copy_from_slice(src);
-        return;
-    }
-    let mid = src.len() / 2;
-    let (s1, s2) = src.split_at(mid);
-    let (d1, d2) = dst.split_at_mut(mid);
-    std::thread::scope(|s| {
-        s.spawn(|| d2.copy_from_slice(s2));
-        d1.copy_from_slice(s1);
-    });
 }
 
 // ---- entry points ---------------------------------------------------------------
 
 /// share(x): the view of x (itself if x is a view; the cached one if x was shared).
 #[no_mangle]
-pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -> SEXP {
+pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, release_source: SEXP) -> SEXP {
     guard(|| unsafe {
         if view_of(x).is_some() {
             return Ok(x);
@@ -192,7 +184,8 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -
         let limit = if limit.is_finite() && limit >= 0.0 { limit as u64 } else { u64::MAX };
         let dir = dir_arg(dir)?;
         let name = naming::anonymous().map_err(msg)?;
-        let view = Rf_protect(copy_into_segment(x, &dir, &name, &[], false)?);
+        let release = Rf_asInteger(release_source) == 1;
+        let view = Rf_protect(copy_into_segment(x, &dir, &name, &[], false, release)?);
         adopt_attributes(view, attrs);
         // Marks x not mutable: an in-place write would make it differ from its
         // view, so R duplicates it first (see cache.rs).
@@ -352,7 +345,7 @@ pub extern "C" fn ps_namespace_variables(ns: SEXP, dir: SEXP) -> SEXP {
 
 /// registerVariables: a named segment held by this process until released.
 #[no_mangle]
-pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: SEXP, dir: SEXP) -> SEXP {
+pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: SEXP, dir: SEXP, release_source: SEXP) -> SEXP {
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let var = string_arg(var, "variable name")?;
@@ -363,7 +356,10 @@ pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: S
         } else {
             &[]
         };
-        let view = Rf_protect(copy_into_segment(x, &dir, &name, blob, true).map_err(|e| format!("variable '{var}': {e}"))?);
+        let release = Rf_asInteger(release_source) == 1;
+        let view = Rf_protect(
+            copy_into_segment(x, &dir, &name, blob, true, release).map_err(|e| format!("variable '{var}': {e}"))?,
+        );
         adopt_attributes(view, attrs);
         Rf_unprotect(1);
         Ok(view)
