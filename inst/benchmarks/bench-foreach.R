@@ -128,6 +128,9 @@ methods <- list(
     unlist(memApply(X, 2, function(v, y) cor(v, y), VARS = list(y = y))))
 )
 
+source(file.path("inst", "benchmarks", "warm-memory.R"))
+warm_memory(4096)
+
 rows <- list()
 for (n in ns) {
   set.seed(1)

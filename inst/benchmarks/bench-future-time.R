@@ -6,6 +6,7 @@
 suppressPackageStartupMessages({ library(future); library(future.apply); library(pageshare) })
 n <- as.integer(commandArgs(trailingOnly = TRUE)[1]); if (is.na(n)) n <- 8000L
 options(future.globals.maxSize = +Inf)
+source(file.path("inst", "benchmarks", "warm-memory.R")); warm_memory(4096)
 set.seed(1); X <- matrix(rnorm(as.double(n) * n), n); y <- rnorm(n)
 run <- function() system.time(future_lapply(seq_len(ncol(X)), function(j) cor(X[, j], y)))[["elapsed"]]
 plan(sequential); seq_t <- median(replicate(3, run()))

@@ -80,6 +80,9 @@ add_row <- function(section, case, plan_name, m, extra = "") {
               section, case, plan_name, m$secs, m$peak_mb, m$base_mb, as.integer(m$procs), extra))
 }
 
+source(file.path("inst", "benchmarks", "warm-memory.R"))
+warm_memory(4096)
+
 # ---- (a) column correlations --------------------------------------------------
 
 for (n in ns) {
