@@ -338,11 +338,9 @@ worker_result_begin <- function() {
     .Call(ps_scope, -1L)
     worker_scope_open$open <- FALSE
   }
-  # future removed the previous future's globals, but an idle R process does
-  # not collect garbage: views of segments its master has since unlinked would
-  # keep those pages alive. Collect then (a full collection costs ~30 ms, so
-  # not for every future that merely has views of live segments mapped).
-  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
+  # future removed the previous future's globals, but views of segments the
+  # master has unlinked since may still be mapped here (see workers.R).
+  collect_stale_views()
   invisible()
 }
 

@@ -168,13 +168,15 @@ try_share <- function(x, state) {
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
 # A tiny uncompiled closure (environment: the global environment) that calls
-# pageshare's internal function `name` on the worker. Sending this instead of
+# pageshare's internal function `name` on the worker (after letting go of views
+# of segments that were unlinked since, see collect_stale_views()). Sending this instead of
 # the byte-compiled function keeps small task messages small: a message larger
 # than R's 4 KiB connection buffer is written in pieces, and on R 4.2's sockets
 # (no TCP_NODELAY) the second piece waits ~40 ms for a delayed ACK.
 worker_stub <- function(name) {
   target <- as.call(list(as.name(":::"), "pageshare", name))
-  body <- as.call(list(target, as.name("...")))
+  collect <- as.call(list(as.call(list(as.name(":::"), "pageshare", "collect_stale_views"))))
+  body <- as.call(list(as.name("{"), collect, as.call(list(target, as.name("...")))))
   f <- eval(call("function", as.pairlist(alist(... = )), body), globalenv())
   attr(f, "srcref") <- NULL
   f
@@ -208,4 +210,14 @@ share_fun_env <- function(f, state, threshold = share_threshold()) {
 is_frame_env <- function(e) {
   !(is.null(e) || identical(e, globalenv()) || identical(e, emptyenv()) || identical(e, baseenv()) ||
       isNamespace(e) || startsWith(environmentName(e), "package:") || environmentIsLocked(e))
+}
+
+# An idle R process does not collect garbage, so a worker keeps the views of
+# its earlier tasks mapped; once their owner has unlinked a segment, only those
+# views keep its pages alive. Run at the start of every task a pageshare backend
+# sends: a full collection when (and only when) a mapped segment is stale (a
+# full collection for every task or future cost ~30 ms).
+collect_stale_views <- function() {
+  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
+  invisible()
 }

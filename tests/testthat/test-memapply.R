@@ -122,6 +122,21 @@ test_that("a large X is shared once and reaches the workers as a view", {
   expect_equal(r, list(a = c(1, 600), b = c(0, 10)))  # a 160-byte leaf is not worth a segment
 })
 
+test_that("pool workers let go of a segment the caller unlinked at their next task", {
+  X <- matrix(rnorm(600 * 500), 600)
+  name <- shared_info(share(X))$name
+  r <- memApply(X, 2, function(v) sum(v))
+  mapped_on_workers <- function() {
+    unlist(memLapply(list(1, 2), function(i, name) { Sys.sleep(0.2); name %in% pageshare::shared_segments() },
+                     VARS = list(name = name)))
+  }
+  rm(X, r)
+  forget_shared()
+  for (i in 1:3) invisible(gc())
+  expect_false(name %in% shared_segments(all = TRUE))     # unlinked by the caller
+  expect_identical(mapped_on_workers(), c(FALSE, FALSE))  # and no longer mapped there
+})
+
 test_that("workers are left clean and the pool is reused (no cluster per call)", {
   g0 <- worker_globals()
   X <- matrix(rnorm(100), 10)

@@ -67,3 +67,22 @@ test_that("a forked child reads a released vector and the parent frees it cleanl
   expect_identical(v[5e6], 15e6)
   rm(v); invisible(gc())
 })
+
+test_that("a source shared again after forget_shared() moves onto the new segment", {
+  # Its pages map the first segment (unlinked by forget_shared()); sharing it
+  # again hands them over to the new one, so the old pages are freed instead
+  # of the data being held twice.
+  maps_of <- function(name) any(grepl(name, readLines("/proc/self/maps"), fixed = TRUE))
+  x <- as.double(seq_len(5e6)) + 0.5                        # 40 MB
+  first <- shared_info(share(x))$name
+  expect_true(maps_of(first))                                # x's pages are the segment's
+  forget_shared(); for (i in 1:3) invisible(gc())
+  expect_false(file.exists(file.path(getOption("pageshare.dir"), first)))
+  second <- shared_info(v <- share(x))$name
+  expect_false(identical(first, second))
+  expect_false(maps_of(first))                               # nothing maps the old pages
+  expect_true(maps_of(second))
+  expect_identical(x[5e6], 5e6 + 0.5)
+  expect_identical(v[1], 1.5)
+  rm(x, v); invisible(gc())
+})

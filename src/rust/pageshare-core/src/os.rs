@@ -140,20 +140,41 @@ pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
     (start.is_multiple_of(page) && len.is_multiple_of(page) && offset < page).then_some((start, len))
 }
 
-/// Does one private anonymous mapping (rw-p, no file) of this process cover
-/// [start, end)? Read from /proc/self/maps.
-pub fn private_anonymous_covers(start: usize, end: usize) -> bool {
+/// Is [start, end) covered, without gaps, by private writable mappings (rw-p)
+/// of this process that are anonymous or map a file whose path `file_ok`
+/// accepts (as /proc/self/maps prints it, e.g. with " (deleted)")?
+pub fn private_memory_covers(start: usize, end: usize, file_ok: impl Fn(&str) -> bool) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
-    maps.lines().any(|line| {
-        let mut f = line.split_whitespace();
+    let mut areas: Vec<(usize, usize, bool)> = Vec::new();
+    for line in maps.lines() {
+        let mut f = line.splitn(6, ' ');
         let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             return false;
         };
+        let path = f.next().unwrap_or("").trim();
         let Some((a, b)) = range.split_once('-') else { return false };
         let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { return false };
-        a <= start && end <= b && perms == "rw-p" && inode == "0" && f.next().is_none()
-    })
+        if b <= start || a >= end {
+            continue;
+        }
+        let anonymous = inode == "0" && path.is_empty();
+        areas.push((a, b, perms == "rw-p" && (anonymous || (!path.is_empty() && file_ok(path)))));
+    }
+    areas.sort();
+    let mut covered = start;
+    for (a, b, ok) in areas {
+        if !ok || a > covered {
+            return false;
+        }
+        covered = covered.max(b);
+    }
+    covered >= end
+}
+
+/// Is [start, end) plain private anonymous memory of this process?
+pub fn private_anonymous_covers(start: usize, end: usize) -> bool {
+    private_memory_covers(start, end, |_| false)
 }
 
 /// Are there at least `spare` more mappings allowed for this process?
@@ -360,6 +381,9 @@ mod tests {
             let file = File::open(&path).unwrap();
             map_private_over(lo, hi - lo, &file, 0).unwrap();
             assert!(!private_anonymous_covers(start, start + len)); // now file-backed in the middle
+            let name = path.display().to_string();
+            assert!(private_memory_covers(start, start + len, |p| p.starts_with(&name)));
+            assert!(!private_memory_covers(start, start + len, |p| p.starts_with("/elsewhere")));
             assert!((0..n).step_by(4093).all(|i| *p.add(i) == 5));
             *p.add(n / 2) = 9; // copy on write: the file is unchanged
             assert_eq!(*p.add(n / 2), 9);

@@ -4,7 +4,7 @@
 //! unmapped and, in the owner, the segment unlinked.
 
 use crate::error::Result;
-use crate::segment::{Contents, Segment};
+use crate::segment::{Contents, Handover, Segment};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +48,23 @@ pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(
 /// [`Segment::create_copy`] and remember its mapping.
 pub fn create_copy(dir: &Path, name: &str, contents: Contents<'_>, data: &[u8], phase: u64) -> Result<Arc<Segment>> {
     Ok(remember(Arc::new(Segment::create_copy(dir, name, contents, data, phase)?)))
+}
+
+/// [`Segment::create_copy_handing_over`] and remember its mapping.
+///
+/// # Safety
+/// As for [`Segment::create_copy_handing_over`].
+pub unsafe fn create_copy_handing_over(
+    dir: &Path,
+    name: &str,
+    contents: Contents<'_>,
+    data: &[u8],
+    phase: u64,
+    handover: Handover,
+) -> Result<(Arc<Segment>, usize)> {
+    // SAFETY: forwarded.
+    let (seg, handed) = unsafe { Segment::create_copy_handing_over(dir, name, contents, data, phase, handover)? };
+    Ok((remember(Arc::new(seg)), handed))
 }
 
 fn remember(seg: Arc<Segment>) -> Arc<Segment> {

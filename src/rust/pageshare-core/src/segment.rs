@@ -54,6 +54,18 @@ impl std::fmt::Debug for Segment {
     }
 }
 
+/// Bytes written per pwrite() when a source's pages are handed over as the copy
+/// proceeds: the most memory held twice at any moment.
+pub const HANDOVER_CHUNK: usize = 64 << 20;
+
+/// Page-aligned addresses [lo, hi) of a source's data whose pages are handed
+/// over to the segment that copies them ([`Segment::create_copy_handing_over`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Handover {
+    pub lo: usize,
+    pub hi: usize,
+}
+
 /// What to put in a new segment.
 pub struct Contents<'a> {
     pub kind: Kind,
@@ -98,6 +110,49 @@ impl Segment {
     /// fills each page as it allocates it instead of zeroing it first and then
     /// taking a page fault per page (0.19 s instead of 0.24 s for 512 MB here).
     pub fn create_copy(dir: &Path, name: &str, contents: Contents<'_>, data: &[u8], phase: u64) -> Result<Segment> {
+        // SAFETY: no handover: only the file is written.
+        unsafe { Segment::copy(dir, name, contents, data, phase, None) }.map(|(s, _)| s)
+    }
+
+    /// [`Segment::create_copy`], handing the pages `handover` of `data` over to
+    /// the segment as the copy proceeds: each stretch of them, once written, is
+    /// re-mapped copy-on-write onto the segment's pages
+    /// ([`os::map_private_over`]), so that the data never exist twice for more
+    /// than one chunk ([`HANDOVER_CHUNK`]). Returns the segment and the bytes
+    /// handed over (less than asked if a re-mapping failed: the rest keeps its
+    /// pages).
+    ///
+    /// # Safety
+    /// `handover` must lie inside `data`, page-aligned, with `phase` equal to
+    /// `data`'s offset within its page, and must meet the contract of
+    /// [`os::map_private_over`] (memory the caller owns, not written meanwhile,
+    /// unmapped as a whole by whoever frees it).
+    pub unsafe fn create_copy_handing_over(
+        dir: &Path,
+        name: &str,
+        contents: Contents<'_>,
+        data: &[u8],
+        phase: u64,
+        handover: Handover,
+    ) -> Result<(Segment, usize)> {
+        let page = os::page_size();
+        let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
+        let Handover { lo, hi } = handover;
+        if lo < start || hi > end || lo > hi || lo % page != 0 || hi % page != 0 || start % page != phase as usize {
+            return Err(Error::Argument("pages to hand over must be page-aligned, inside the data, at its phase".into()));
+        }
+        // SAFETY: checked above; the rest is the caller's contract.
+        unsafe { Segment::copy(dir, name, contents, data, phase, Some(handover)) }
+    }
+
+    unsafe fn copy(
+        dir: &Path,
+        name: &str,
+        contents: Contents<'_>,
+        data: &[u8],
+        phase: u64,
+        mut handover: Option<Handover>,
+    ) -> Result<(Segment, usize)> {
         if data.len() as u64 != contents.data_len {
             return Err(Error::Argument(format!("{} data bytes given for {} planned", data.len(), contents.data_len)));
         }
@@ -108,7 +163,30 @@ impl Segment {
         };
         write(&header.encode(), 0)?;
         write(contents.attributes, header.attr_offset)?;
-        write(data, header.data_offset)?;
+        let base = data.as_ptr() as usize;
+        let page = os::page_size();
+        let mut handed = 0usize;
+        let mut written = 0usize;
+        while written < data.len() {
+            let n = HANDOVER_CHUNK.min(data.len() - written);
+            write(&data[written..written + n], header.data_offset + written as u64)?;
+            written += n;
+            if let Some(Handover { lo, hi }) = handover {
+                let next = lo + handed;
+                let upto = hi.min((base + written) / page * page);
+                if upto > next {
+                    // SAFETY: [next, upto) is inside the caller's handover range
+                    // and now written to the file at the matching offset.
+                    let done = unsafe {
+                        os::map_private_over(next, upto - next, &file, header.data_offset + (next - base) as u64)
+                    };
+                    match done {
+                        Ok(()) => handed += upto - next,
+                        Err(_) => handover = None, // the rest keeps its own pages
+                    }
+                }
+            }
+        }
         // The holes (padding before the data) read as zeros and take no memory.
         file.set_len(header.total_size).map_err(|e| write_error(e, dir, &path, header.total_size))?;
         // Mark ready last, so a reader never sees a half-written segment as complete.
@@ -117,7 +195,7 @@ impl Segment {
         // SAFETY: mapped read-only; the file is ours (exclusive create, 0600) and
         // complete; nobody writes it from now on.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::os("cannot map the new segment", e))?;
-        Segment::finish(dir, name, file, path, guard, map, header)
+        Segment::finish(dir, name, file, path, guard, map, header).map(|s| (s, handed))
     }
 
     /// Plan the header, check the free space and create the file exclusively
@@ -271,24 +349,6 @@ impl Segment {
         let file = self.reopen()?;
         os::PrefixedMapping::new(&file, self.header.data_offset + offset, len)
             .map_err(|e| Error::os(format!("cannot map {} behind a header", self.name), e))
-    }
-
-    /// Make the memory [addr, addr + len) a private mapping of this segment's
-    /// data from byte `data_pos` on (a page-aligned file offset): see
-    /// [`os::map_private_over`], whose contract the caller keeps.
-    ///
-    /// # Safety
-    /// As for [`os::map_private_over`], with the segment's data bytes from
-    /// `data_pos` as the contents.
-    pub unsafe fn map_data_over(&self, addr: usize, len: usize, data_pos: u64) -> Result<()> {
-        let end = data_pos.checked_add(len as u64);
-        if end.is_none_or(|e| e > self.header.data_len) {
-            return Err(Error::Argument(format!("{len} bytes from {data_pos} exceed the data of {}", self.name)));
-        }
-        let file = self.reopen()?;
-        // SAFETY: forwarded to the caller.
-        unsafe { os::map_private_over(addr, len, &file, self.header.data_offset + data_pos) }
-            .map_err(|e| Error::os(format!("cannot map {} over its source", self.name), e))
     }
 
     /// Open the segment's file again by name, refusing a different file that has
@@ -465,6 +525,43 @@ mod tests {
         assert!(!dir.path().join(&other).exists());
         drop((r, s));
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_source_handed_over_in_chunks_reads_the_same_and_writes_stay_private() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let name = naming::anonymous().unwrap();
+        let n = 2 * HANDOVER_CHUNK + (5 << 20); // three chunks
+        // SAFETY: a malloc'd buffer (a glibc mmap()ed chunk of its own), filled,
+        // handed over, read, written and freed by this test alone.
+        unsafe {
+            let p = libc::malloc(n) as *mut u8;
+            assert!(!p.is_null());
+            for i in (0..n).step_by(8) {
+                *(p.add(i) as *mut u64) = i as u64;
+            }
+            let page = os::page_size();
+            let (lo, hi) = ((p as usize).div_ceil(page) * page, (p as usize + n) / page * page);
+            let data = std::slice::from_raw_parts(p, n);
+            let contents = Contents { kind: Kind::Raw, length: n as u64, data_len: n as u64, attributes: b"" };
+            let phase = (p as usize % page) as u64;
+            // a misaligned request is refused before anything is written
+            let bad = Handover { lo: lo + 1, hi };
+            let other = naming::anonymous().unwrap();
+            assert!(Segment::create_copy_handing_over(dir.path(), &other, Contents { ..contents }, data, phase, bad).is_err());
+            let contents = Contents { kind: Kind::Raw, length: n as u64, data_len: n as u64, attributes: b"" };
+            let (seg, handed) =
+                Segment::create_copy_handing_over(dir.path(), &name, contents, data, phase, Handover { lo, hi }).unwrap();
+            assert_eq!(handed, hi - lo);
+            assert_eq!(seg.data(), data);
+            assert!(!os::private_anonymous_covers(lo, hi));
+            *(p.add(n / 2 / 8 * 8) as *mut u64) = 7; // copy on write
+            assert_eq!(*(p.add(n / 2 / 8 * 8) as *const u64), 7);
+            assert_eq!(seg.data()[n / 2 / 8 * 8], ((n / 2 / 8 * 8) as u64).to_le_bytes()[0]);
+            libc::free(p.cast());
+            assert!(os::read_word(lo).is_none()); // the whole block is gone
+            drop(seg);
+        }
     }
 
     #[test]

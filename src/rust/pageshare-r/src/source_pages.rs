@@ -13,12 +13,16 @@
 //! this mapping included.
 //!
 //! The segment is laid out so that its data start at the same offset within a
-//! page as the vector's data (the "phase", see pageshare-core's `header.rs`).
+//! page as the vector's data (the "phase", see pageshare-core's `header.rs`),
+//! and the pages are handed over chunk by chunk as the copy is written
+//! (`Segment::create_copy_handing_over`): the data are never held twice for
+//! more than one chunk.
 
 use crate::rapi::*;
 use once_cell::sync::Lazy;
 use pageshare_core::os;
-use pageshare_core::segment::Segment;
+use pageshare_core::segment::Handover;
+use std::path::Path;
 
 /// Below this the saving is not worth a mapping (and the block is not an mmap()ed chunk).
 const MIN_BYTES: usize = 1 << 20;
@@ -35,43 +39,33 @@ pub unsafe fn phase_of(x: SEXP) -> u64 {
     (data % os::page_size()) as u64 & !7
 }
 
-/// Re-point the pages of `x`'s data at `seg`, which holds a copy of them laid out
-/// at `x`'s phase. Returns the bytes released (0 when `x` does not qualify).
+/// The pages of `x`'s data that can be handed over to the segment copying it
+/// (None when `x` does not qualify): the page-aligned interior of its data,
+/// when its block is a glibc mmap()ed chunk of its own made of private memory:
+/// anonymous, or private mappings of earlier segments in `dir` (a source shared
+/// again after its segment was dropped, e.g. by `forget_shared()`).
 ///
 /// # Safety
-/// Main R thread; `x` a plain (non-ALTREP) numeric vector whose data `seg` holds
-/// byte for byte.
-pub unsafe fn release(x: SEXP, seg: &Segment) -> usize {
-    if !*GLIBC_MALLOC {
-        return 0;
+/// Main R thread; `x` a plain (non-ALTREP) numeric vector of `bytes` data bytes.
+pub unsafe fn handover(x: SEXP, bytes: usize, dir: &Path) -> Option<Handover> {
+    if !*GLIBC_MALLOC || bytes < MIN_BYTES {
+        return None;
     }
     let page = os::page_size();
     // SAFETY: x is a plain vector (caller); reading its address and length.
     let (sexp, data, long) = unsafe { (x as usize, DATAPTR_RO(x) as usize, XLENGTH(x) as u64 > i32::MAX as u64) };
-    let bytes = seg.header().data_len as usize;
-    if bytes < MIN_BYTES || data % page != seg.header().data_offset as usize % page {
-        return 0;
-    }
     // R's large vectors are malloc(header + data) with the SEXP at the start of
     // the block (long vectors: 16 bytes in, after their length header).
     let mem = if long { sexp - 16 } else { sexp };
-    let Some((start, len)) = os::glibc_mmapped_chunk(mem) else { return 0 };
+    let (start, len) = os::glibc_mmapped_chunk(mem)?;
     if !(start <= sexp && data + bytes <= start + len) || len > bytes + 2 * page {
-        return 0; // not a block of this vector alone
+        return None; // not a block of this vector alone
     }
-    if !os::private_anonymous_covers(start, start + len) {
-        return 0; // already replaced, or not memory glibc mapped
+    let ours = format!("{}/pageshare.", dir.display());
+    if !os::private_memory_covers(start, start + len, |path| path.starts_with(&ours)) {
+        return None; // not (only) memory glibc mapped or pages of our segments
     }
     let lo = data.div_ceil(page) * page;
     let hi = (data + bytes) / page * page;
-    if hi <= lo {
-        return 0;
-    }
-    // SAFETY: [lo, hi) lies inside the vector's own mmap()ed block, holds the
-    // same bytes as the segment's data from lo - data; R is single-threaded and
-    // glibc unmaps the whole block when R frees the vector.
-    match unsafe { seg.map_data_over(lo, hi - lo, (lo - data) as u64) } {
-        Ok(()) => hi - lo,
-        Err(_) => 0, // the vector keeps its own pages: nothing lost
-    }
+    (hi > lo).then_some(Handover { lo, hi })
 }
