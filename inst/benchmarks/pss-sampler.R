@@ -5,7 +5,9 @@
 # process; bench::mark's mem_alloc sees only this process's R allocations.)
 #
 # source() this file, then: set_sampled_pids(pids); m <- measure(expr)
-# (m$secs, m$peak_mb, m$base_mb); stop_sampler() at the end.
+# (m$secs, m$peak_mb, m$base_mb); stop_sampler() at the end. If
+# cgroup-memory.R was sourced and cgroup_enter() succeeded, m$cg_base_mb and
+# m$cg_peak_mb are the cgroup's usage before and its peak during `expr`.
 
 sampler_code <- '
 args <- commandArgs(trailingOnly = TRUE)
@@ -55,8 +57,11 @@ measure <- function(expr) {
   # at the next
   invisible(gc()); invisible(gc())
   Sys.sleep(0.15)
+  cg_base <- if (exists("cgroup_mb")) cgroup_mb() else NA
+  if (exists("cgroup_reset_peak")) cgroup_reset_peak()
   t0 <- as.numeric(Sys.time())
   el <- system.time(force(expr))[["elapsed"]]
+  cg_peak <- if (exists("cgroup_peak_mb")) cgroup_peak_mb() else NA
   Sys.sleep(0.15)
   t1 <- as.numeric(Sys.time())
   d <- read_pss()
@@ -65,7 +70,8 @@ measure <- function(expr) {
   list(secs = el,
        peak_mb = if (nrow(w)) max(w$kb) / 1024 else NA,
        base_mb = if (nrow(base)) utils::tail(base$kb, 1) / 1024 else NA,
-       procs = if (nrow(w)) max(w$n) else NA)
+       procs = if (nrow(w)) max(w$n) else NA,
+       cg_base_mb = cg_base, cg_peak_mb = cg_peak)
 }
 
 
