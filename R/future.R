@@ -423,10 +423,30 @@ result.ShmMultisessionFuture <- function(future, ...) {
   res
 }
 
-resolved.ShmMultisessionFuture <- function(x, ...) {
+resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
+  if (nothing_to_read(x, timeout)) return(FALSE)
   ans <- NextMethod()
   if (isTRUE(ans)) adopt_result(x)
   ans
+}
+
+# TRUE when `x` is running and its worker has sent nothing within the timeout
+# future uses for the same select(). future 1.31's resolved() runs ~1-2 ms of
+# R code (version and connection checks) before it looks at the socket, and a
+# waiting resolve()/value() calls it for every future every ~20 ms: on a small
+# machine that is CPU taken from the workers. Anything to read (a result, a
+# condition, progress updates, a dead worker's EOF) or anything unusual goes
+# to future's own method.
+nothing_to_read <- function(x, timeout = NULL) {
+  if (!identical(x$state, "running") || !is.null(x$result)) return(FALSE)
+  con <- tryCatch(x$workers[[x$node]]$con, error = function(e) NULL)
+  if (!inherits(con, "sockconn")) return(FALSE)
+  if (is.null(timeout)) {
+    timeout <- getOption("future.cluster.resolved.timeout", getOption("future.resolved.timeout", 0.01))
+  }
+  if (!is.numeric(timeout) || length(timeout) != 1L || is.na(timeout) || timeout < 0) return(FALSE)
+  ready <- tryCatch(socketSelect(list(con), write = FALSE, timeout = timeout), error = function(e) NA)
+  identical(ready, FALSE)
 }
 
 # ---- future >= 1.40: the launchFuture() method (UNTESTED) -------------------

@@ -14,6 +14,13 @@
 #' the process exits; segments of processes that were killed are reclaimed by
 #' [sweep_shared()] and at the next load of the package.
 #'
+#' The data are then held once, not twice: while a large ordinary numeric
+#' vector (at least 1 MiB, in a memory block of its own, as R allocates large
+#' vectors) is copied, its own pages are handed over to the segment, becoming
+#' copy-on-write mappings of the shared pages. `x` stays the same object with
+#' the same values; writing into it later copies just the pages written. See
+#' `pageshare.release_source` in [pageshare_options].
+#'
 #' Character vectors are stored packed (offsets, bytes, encodings); their view
 #' makes an R string only for the elements that are touched, so `x[i]` or
 #' `nchar(x[i])` on a view of millions of strings stays cheap.

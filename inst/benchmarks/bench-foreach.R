@@ -145,6 +145,10 @@ for (n in ns) {
   ref <- NULL
   for (m in names(methods)) {
     clear_shares()
+    # A fresh ordinary X for every method, as a user's session would have: an
+    # earlier method's share() re-mapped X's pages onto its (now dropped) segment.
+    X <- X + 0
+    invisible(gc())
     f <- methods[[m]]$f
     kind <- methods[[m]]$kind
     w <- fresh_workers(kind)
