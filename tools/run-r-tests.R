@@ -1,6 +1,11 @@
 # Run the testthat suite and print a final "R: N passed, N failed, N skipped"
 # line (counting test_that() blocks). Exits non-zero on any failure.
 Sys.setenv(NOT_CRAN = "true")   # run every test (skip_on_cran() guards only CRAN)
+# processx (callr) replaces the SIGCHLD handler that parallel's mclapply()
+# relies on; without this, parallel waits 10 s at exit for children it never
+# sees reaped and prints "unable to terminate some child processes" after the
+# results line (processx issue #236).
+Sys.setenv(PROCESSX_NOTIFY_OLD_SIGCHLD = "true")
 suppressPackageStartupMessages({ library(testthat); library(pageshare) })
 results <- test_dir("tests/testthat", reporter = ProgressReporter$new(show_praise = FALSE),
                     stop_on_failure = FALSE, stop_on_warning = FALSE)
