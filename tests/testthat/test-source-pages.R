@@ -85,3 +85,20 @@ test_that("a source shared again after forget_shared() moves onto the new segmen
   expect_identical(v[1], 1.5)
   rm(x, v); invisible(gc())
 })
+
+test_that("a segment directory that is not tmpfs gets a copy; the source keeps its pages", {
+  dir <- tempfile("pageshare-disk-")
+  dir.create(dir)
+  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  skip_if(identical(system2("stat", c("-f", "-c", "%T", dir), stdout = TRUE), "tmpfs"), "tempdir() is tmpfs here")
+  old <- options(pageshare.dir = dir)
+  on.exit(options(old), add = TRUE, after = FALSE)
+  x <- as.double(seq_len(5e6)) + 0.25                       # 40 MB
+  invisible(gc()); before <- own_kb(Sys.getpid())
+  v <- share(x)
+  expect_lt(abs(before - own_kb(Sys.getpid())), 8 * 1024)   # x kept its own pages
+  expect_identical(v[5e6], 5e6 + 0.25)
+  expect_false(any(grepl(dir, readLines("/proc/self/maps"), fixed = TRUE) &
+                   grepl("rw-p", readLines("/proc/self/maps"), fixed = TRUE)))
+  rm(x, v); forget_shared(); invisible(gc())
+})

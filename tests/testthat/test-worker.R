@@ -115,3 +115,39 @@ test_that("receiving a large numeric segment does not raise R's GC trigger", {
   expect_false(res$altrep)                        # an ordinary vector over the pages
   expect_lt(res$after - res$before, 8)            # MB; it was + ~80
 })
+
+test_that("a received vector written in place is shared again as a copy (regression)", {
+  # Its first page holds R's header too (always a private copy), so the check
+  # compares bytes there; writes elsewhere show up as private pages.
+  skip_if_not_installed("data.table")
+  x <- rnorm(3e5)
+  v <- share(x)
+  h <- with_handles(serialize(v, NULL))
+  res <- callr::r(function(h) {
+    library(pageshare)
+    p <- unserialize(h)
+    name <- shared_info(p)$name
+    clean <- shared_info(p)$private_copy
+    same_clean <- identical(shared_info(share(p))$name, name)
+    dt <- data.table::setDT(list(a = p))              # a column over p's own memory
+    data.table::set(dt, 1L, "a", -42)                 # writes in place, first page
+    first <- p[1]
+    w <- share(p)
+    far <- unserialize(h)
+    dt2 <- data.table::setDT(list(a = far))
+    data.table::set(dt2, 200000L, "a", -7)            # a page further on
+    list(clean = clean, same_clean = same_clean, first = first,
+         dirty = shared_info(p)$private_copy, resent_name = shared_info(w)$name, name = name,
+         resent_first = w[1], far_dirty = shared_info(far)$private_copy,
+         far_resent = share(far)[200000])
+  }, args = list(h = h))
+  expect_false(res$clean)                             # nothing written yet
+  expect_true(res$same_clean)                         # travels as the same segment
+  expect_identical(res$first, -42)
+  expect_true(res$dirty)
+  expect_false(identical(res$resent_name, res$name))  # a new segment ...
+  expect_identical(res$resent_first, -42)             # ... with what p holds now
+  expect_true(res$far_dirty)
+  expect_identical(res$far_resent, -7)
+  expect_identical(v[1], x[1])                        # the original never changed
+})

@@ -23,6 +23,16 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
+/// Is `dir` on a tmpfs (memory-backed) file system?
+pub fn is_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+}
+
 /// Reserve every page of `file` up to `len` bytes, so that later writes through a
 /// mapping can never hit an unbacked tmpfs page (which would raise SIGBUS).
 pub fn reserve(file: &File, len: u64) -> std::io::Result<()> {
@@ -144,7 +154,9 @@ pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
 /// of this process that are anonymous or map a file whose path `file_ok`
 /// accepts (as /proc/self/maps prints it, e.g. with " (deleted)")?
 pub fn private_memory_covers(start: usize, end: usize, file_ok: impl Fn(&str) -> bool) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    // (bytes, not a String: a mapped file's name need not be UTF-8)
+    let Ok(raw) = std::fs::read("/proc/self/maps") else { return false };
+    let maps = String::from_utf8_lossy(&raw);
     let mut areas: Vec<(usize, usize, bool)> = Vec::new();
     for line in maps.lines() {
         let mut f = line.splitn(6, ' ');
@@ -177,10 +189,40 @@ pub fn private_anonymous_covers(start: usize, end: usize) -> bool {
     private_memory_covers(start, end, |_| false)
 }
 
+/// Make [addr, addr + len) private anonymous memory again holding `file`'s bytes
+/// from `offset`: the way back from [`map_private_over`] (a failed copy), and
+/// the repair when a MAP_FIXED mapping failed after the kernel had already
+/// discarded the old pages. Aborts the process if even that is impossible:
+/// continuing would let R read a hole in a live vector.
+///
+/// # Safety
+/// As for [`map_private_over`]; the file must hold the range's bytes.
+pub unsafe fn refill_anonymous(addr: usize, len: usize, file: &File, offset: u64) {
+    // SAFETY: per the contract: our own range, replaced by fresh private memory.
+    let got = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    // SAFETY: on success, [addr, addr + len) is our writable anonymous memory.
+    let filled = got != libc::MAP_FAILED
+        && std::os::unix::fs::FileExt::read_exact_at(file, unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }, offset)
+            .is_ok();
+    if !filled {
+        eprintln!("pageshare: cannot restore {len} bytes of a vector's memory at {addr:#x}; aborting to avoid reading lost data");
+        std::process::abort();
+    }
+}
+
 /// Are there at least `spare` more mappings allowed for this process?
 fn mapping_room(spare: usize) -> bool {
     let max = std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|s| s.trim().parse::<usize>().ok());
-    let used = std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count()).ok();
+    let used = std::fs::read("/proc/self/maps").map(|m| m.iter().filter(|&&b| b == b'\n').count()).ok();
     matches!((max, used), (Some(max), Some(used)) if used + spare < max)
 }
 
@@ -194,8 +236,9 @@ fn mapping_room(spare: usize) -> bool {
 /// whole range (as glibc does for an mmap()ed chunk).
 pub unsafe fn map_private_over(addr: usize, len: usize, file: &File, offset: u64) -> std::io::Result<()> {
     // A MAP_FIXED mapping that fails after the kernel has discarded the old pages
-    // would lose them; the one way it fails for a readable file is running out of
-    // mappings (splitting a region adds two), so leave a wide margin.
+    // loses them (callers then refill the range, see refill_anonymous()). The
+    // likeliest failure is running out of mappings (splitting a region adds
+    // two), so refuse early with a wide margin.
     if !mapping_room(64) {
         return Err(std::io::Error::new(std::io::ErrorKind::OutOfMemory, "too close to vm.max_map_count"));
     }
@@ -395,6 +438,29 @@ mod tests {
             assert!(glibc_mmapped_chunk(q as usize).is_none());
             libc::free(q);
         }
+    }
+
+    #[test]
+    fn refilled_memory_is_anonymous_again_with_the_files_bytes() {
+        let n = 4 << 20;
+        let page = page_size();
+        // SAFETY: a malloc'd buffer handed to a file mapping and back, then freed.
+        unsafe {
+            let p = libc::malloc(n) as *mut u8;
+            let (lo, hi) = ((p as usize).div_ceil(page) * page, (p as usize + n) / page * page);
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f");
+            let bytes: Vec<u8> = (0..hi - lo).map(|i| (i % 251) as u8).collect();
+            std::fs::write(&path, &bytes).unwrap();
+            let file = File::open(&path).unwrap();
+            map_private_over(lo, hi - lo, &file, 0).unwrap();
+            assert!(!private_anonymous_covers(lo, hi));
+            refill_anonymous(lo, hi - lo, &file, 0);
+            assert!(private_anonymous_covers(lo, hi));
+            assert_eq!(std::slice::from_raw_parts(lo as *const u8, hi - lo), &bytes[..]);
+            libc::free(p.cast());
+        }
+        assert!(is_tmpfs(Path::new("/dev/shm")));
     }
 
     #[test]

@@ -84,7 +84,7 @@ impl Segment {
     pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Segment> {
         let (mut header, file, path, guard) = Segment::begin(dir, name, &contents, 0)?;
         if let Err(e) = os::reserve(&file, header.total_size) {
-            return Err(write_error(e, dir, &path, header.total_size));
+            return Err(write_error(e, dir, &file, header.total_size));
         }
         // SAFETY: the file was just created exclusively by us, has mode 0600 and its
         // full length is reserved; no other process writes it.
@@ -159,17 +159,30 @@ impl Segment {
         let (mut header, file, path, guard) = Segment::begin(dir, name, &contents, phase)?;
         let write = |bytes: &[u8], at: u64| {
             std::os::unix::fs::FileExt::write_all_at(&file, bytes, at)
-                .map_err(|e| write_error(e, dir, &path, header.total_size))
+                .map_err(|e| write_error(e, dir, &file, header.total_size))
         };
         write(&header.encode(), 0)?;
         write(contents.attributes, header.attr_offset)?;
         let base = data.as_ptr() as usize;
         let page = os::page_size();
+        let lo = handover.map_or(0, |h| h.lo);
+        let file_offset = |addr: usize| header.data_offset + (addr - base) as u64;
+        // Give handed-over pages back to anonymous memory (holding the same
+        // bytes, read back from the file) when the copy fails.
+        let give_back = |handed: usize| {
+            if handed > 0 {
+                // SAFETY: [lo, lo + handed) was handed over and the file holds its bytes.
+                unsafe { os::refill_anonymous(lo, handed, &file, file_offset(lo)) };
+            }
+        };
         let mut handed = 0usize;
         let mut written = 0usize;
         while written < data.len() {
             let n = HANDOVER_CHUNK.min(data.len() - written);
-            write(&data[written..written + n], header.data_offset + written as u64)?;
+            if let Err(e) = write(&data[written..written + n], header.data_offset + written as u64) {
+                give_back(handed);
+                return Err(e);
+            }
             written += n;
             if let Some(Handover { lo, hi }) = handover {
                 let next = lo + handed;
@@ -177,24 +190,40 @@ impl Segment {
                 if upto > next {
                     // SAFETY: [next, upto) is inside the caller's handover range
                     // and now written to the file at the matching offset.
-                    let done = unsafe {
-                        os::map_private_over(next, upto - next, &file, header.data_offset + (next - base) as u64)
-                    };
+                    let done = unsafe { os::map_private_over(next, upto - next, &file, file_offset(next)) };
                     match done {
                         Ok(()) => handed += upto - next,
-                        Err(_) => handover = None, // the rest keeps its own pages
+                        Err(_) => {
+                            // The rest keeps its own pages. A failed MAP_FIXED may
+                            // already have discarded the old ones: refill them.
+                            // SAFETY: [next, upto) is written to the file.
+                            unsafe { os::refill_anonymous(next, upto - next, &file, file_offset(next)) };
+                            handover = None;
+                        }
                     }
                 }
             }
         }
-        // The holes (padding before the data) read as zeros and take no memory.
-        file.set_len(header.total_size).map_err(|e| write_error(e, dir, &path, header.total_size))?;
-        // Mark ready last, so a reader never sees a half-written segment as complete.
-        write(&1u32.to_le_bytes(), READY_OFFSET as u64)?;
+        let finish = || -> Result<()> {
+            // The holes (padding before the data) read as zeros and take no memory.
+            file.set_len(header.total_size).map_err(|e| write_error(e, dir, &file, header.total_size))?;
+            // Mark ready last, so a reader never sees a half-written segment as complete.
+            write(&1u32.to_le_bytes(), READY_OFFSET as u64)
+        };
+        if let Err(e) = finish() {
+            give_back(handed);
+            return Err(e);
+        }
         header.ready = true;
         // SAFETY: mapped read-only; the file is ours (exclusive create, 0600) and
         // complete; nobody writes it from now on.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::os("cannot map the new segment", e))?;
+        let map = match unsafe { Mmap::map(&file) } {
+            Ok(m) => m,
+            Err(e) => {
+                give_back(handed);
+                return Err(Error::os("cannot map the new segment", e));
+            }
+        };
         Segment::finish(dir, name, file, path, guard, map, header).map(|s| (s, handed))
     }
 
@@ -444,15 +473,17 @@ pub fn read_owner(path: &Path) -> Option<(u32, u64)> {
     Header::parse_owner(&buf)
 }
 
-/// A failed reservation or write: ENOSPC becomes the no-space error (with the
-/// free space once our partial file is gone), anything else names the file.
-fn write_error(e: std::io::Error, dir: &Path, path: &Path, needed: u64) -> Error {
+/// A failed reservation or write: ENOSPC becomes the no-space error, with the
+/// free space counting what our partial file holds (the guard removes it), and
+/// anything else an OS error.
+fn write_error(e: std::io::Error, dir: &Path, file: &File, needed: u64) -> Error {
     if e.raw_os_error() == Some(libc::ENOSPC) {
-        let _ = std::fs::remove_file(path);
-        let free = os::free_bytes(dir).unwrap_or(0);
+        use std::os::unix::fs::MetadataExt;
+        let ours = file.metadata().map(|m| m.blocks() * 512).unwrap_or(0);
+        let free = os::free_bytes(dir).unwrap_or(0).saturating_add(ours);
         return Error::NoSpace { dir: dir.display().to_string(), needed, free };
     }
-    Error::os(format!("cannot write {needed} bytes to {}", path.display()), e)
+    Error::os(format!("cannot write {needed} bytes to a new segment in {}", dir.display()), e)
 }
 
 struct RemoveOnError(Option<PathBuf>);
@@ -543,15 +574,15 @@ mod tests {
             let page = os::page_size();
             let (lo, hi) = ((p as usize).div_ceil(page) * page, (p as usize + n) / page * page);
             let data = std::slice::from_raw_parts(p, n);
-            let contents = Contents { kind: Kind::Raw, length: n as u64, data_len: n as u64, attributes: b"" };
+            let contents = || Contents { kind: Kind::Raw, length: n as u64, data_len: n as u64, attributes: b"" };
             let phase = (p as usize % page) as u64;
             // a misaligned request is refused before anything is written
             let bad = Handover { lo: lo + 1, hi };
             let other = naming::anonymous().unwrap();
-            assert!(Segment::create_copy_handing_over(dir.path(), &other, Contents { ..contents }, data, phase, bad).is_err());
-            let contents = Contents { kind: Kind::Raw, length: n as u64, data_len: n as u64, attributes: b"" };
+            assert!(Segment::create_copy_handing_over(dir.path(), &other, contents(), data, phase, bad).is_err());
+            assert!(!dir.path().join(&other).exists());
             let (seg, handed) =
-                Segment::create_copy_handing_over(dir.path(), &name, contents, data, phase, Handover { lo, hi }).unwrap();
+                Segment::create_copy_handing_over(dir.path(), &name, contents(), data, phase, Handover { lo, hi }).unwrap();
             assert_eq!(handed, hi - lo);
             assert_eq!(seg.data(), data);
             assert!(!os::private_anonymous_covers(lo, hi));

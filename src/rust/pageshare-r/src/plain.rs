@@ -20,8 +20,7 @@
 //! and paid a ~30 ms collection per future. So the vector is allocated with
 //! length [`ALLOC_LEN`] (one cell, no collection, the trigger untouched) and
 //! then given its real length; R frees a custom block without consulting its
-//! length. Vectors longer than R's short-vector limit keep the real-length
-//! allocation (their header layout differs).
+//! length (R >= 3.5 keeps every length, long or short, in the same header field).
 //!
 //! Numeric vectors (whole segments and slices) whose data are 8-byte aligned in
 //! the file are mapped this way; everything else is an ALTREP view. Such a
@@ -46,9 +45,6 @@ const MIN_BYTES: u64 = 64 * 1024;
 /// 2, not 1, so that R never marks it as a scalar. At most 16 bytes of data:
 /// one or two 8-byte cells for every numeric type.
 const ALLOC_LEN: R_xlen_t = 2;
-
-/// R's largest short-vector length (longer vectors carry an extra header).
-const SHORT_LEN_MAX: u64 = i32::MAX as u64;
 
 #[repr(C)]
 pub struct RAllocator {
@@ -77,6 +73,28 @@ pub struct Plain {
 }
 
 impl Plain {
+    /// Has this vector been written in place (by C code that ignores R's
+    /// not-mutable mark, e.g. data.table's `set()`)? Then it no longer equals
+    /// its segment and must never travel as the segment's handle.
+    ///
+    /// The page holding the first data bytes also holds R's vector header (or
+    /// its end), written at allocation, so it is always a private copy: its
+    /// data bytes are compared with the segment's. The other pages are private
+    /// only once written (pagemap); if pagemap cannot be read, say yes.
+    pub fn is_modified(&self) -> bool {
+        let page = pageshare_core::os::page_size();
+        let data = self.data_ptr() as usize;
+        let head = ((data / page + 1) * page - data).min(self.data_bytes);
+        let start = (self.offset * self.kind.elem_size()) as usize;
+        // SAFETY: the mapping holds data_bytes readable bytes from data.
+        let mine = unsafe { std::slice::from_raw_parts(self.data_ptr(), head) };
+        if mine != &self.seg.data()[start..start + head] {
+            return true;
+        }
+        let rest = self.data_bytes - head;
+        rest > 0 && pageshare_core::os::has_private_pages((data + head) as *const u8, rest).unwrap_or(true)
+    }
+
     pub fn data_ptr(&self) -> *const u8 {
         self.map.data()
     }
@@ -134,8 +152,7 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     }
     let map = seg.prefixed_map(start, data_bytes as usize).ok()?;
     let data_addr = map.data() as usize;
-    let short = len <= SHORT_LEN_MAX;
-    let alloc_len = if short { ALLOC_LEN } else { len as R_xlen_t };
+    let alloc_len = ALLOC_LEN;
     let boxed = Box::into_raw(Box::new(Plain {
         seg: seg.clone(),
         kind,
@@ -154,12 +171,10 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     live().insert(data_addr, boxed as usize);
     // SAFETY: R copies the allocator into the block and calls alloc_block once.
     let x = unsafe { Rf_allocVector3(sexptype(kind), alloc_len, &mut allocator) };
-    // SAFETY: x is the new short vector, its block holds `len` elements of data;
-    // from now on R must duplicate it before writing.
+    // SAFETY: x is the new vector, its block holds `len` elements of data; from
+    // now on R must duplicate it before writing.
     unsafe {
-        if short {
-            SETLENGTH(x, len as R_xlen_t);
-        }
+        SETLENGTH(x, len as R_xlen_t);
         MARK_NOT_MUTABLE(x);
     }
     Some(x)

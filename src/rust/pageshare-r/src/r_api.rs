@@ -175,8 +175,9 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, r
         if let Some(v) = cache::lookup(x) {
             return Ok(v);
         }
-        if let Some(p) = plain::lookup(x) {
+        if let Some(p) = plain::lookup(x).filter(|p| !p.is_modified()) {
             // Received from another process: a view of the same segment, no copy.
+            // (Written in place since, it is copied like any vector below.)
             let view = Rf_protect(make_view(p.seg.clone(), p.kind, p.offset, p.len));
             adopt_attributes(view, attrs);
             Rf_unprotect(1);
@@ -232,7 +233,7 @@ pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
                 offset: p.offset,
                 len: p.len,
                 materializations: 0,
-                private_copy: pageshare_core::os::has_private_pages(p.data_ptr(), p.bytes()).unwrap_or(false),
+                private_copy: p.is_modified(),
             }
         } else if let Some(v) = view_of(x) {
             Info {

@@ -21,6 +21,7 @@
 use crate::rapi::*;
 use once_cell::sync::Lazy;
 use pageshare_core::os;
+use pageshare_core::header::{DATA_ALIGN, ELEM_ALIGN};
 use pageshare_core::segment::Handover;
 use std::path::Path;
 
@@ -35,8 +36,8 @@ static GLIBC_MALLOC: Lazy<bool> = Lazy::new(os::glibc_malloc_in_use);
 /// Main R thread; `x` a plain (non-ALTREP) vector with data.
 pub unsafe fn phase_of(x: SEXP) -> u64 {
     // SAFETY: forwarded.
-    let data = unsafe { DATAPTR_RO(x) } as usize;
-    (data % os::page_size()) as u64 & !7
+    let data = unsafe { DATAPTR_RO(x) } as u64;
+    data % DATA_ALIGN & !(ELEM_ALIGN - 1)
 }
 
 /// The pages of `x`'s data that can be handed over to the segment copying it
@@ -48,16 +49,22 @@ pub unsafe fn phase_of(x: SEXP) -> u64 {
 /// # Safety
 /// Main R thread; `x` a plain (non-ALTREP) numeric vector of `bytes` data bytes.
 pub unsafe fn handover(x: SEXP, bytes: usize, dir: &Path) -> Option<Handover> {
-    if !*GLIBC_MALLOC || bytes < MIN_BYTES {
+    let page = os::page_size();
+    // The segment's layout matches the source's page offsets only with 4 KiB
+    // pages; and only tmpfs pages may back it (a file on disk could fail to
+    // read back, or change under it on a network file system).
+    if !*GLIBC_MALLOC || bytes < MIN_BYTES || page as u64 != DATA_ALIGN || !os::is_tmpfs(dir) {
         return None;
     }
-    let page = os::page_size();
-    // SAFETY: x is a plain vector (caller); reading its address and length.
-    let (sexp, data, long) = unsafe { (x as usize, DATAPTR_RO(x) as usize, XLENGTH(x) as u64 > i32::MAX as u64) };
-    // R's large vectors are malloc(header + data) with the SEXP at the start of
-    // the block (long vectors: 16 bytes in, after their length header).
-    let mem = if long { sexp - 16 } else { sexp };
-    let (start, len) = os::glibc_mmapped_chunk(mem)?;
+    // SAFETY: x is a plain vector (caller); reading its address and header.
+    let (sexp, data, class) = unsafe { (x as usize, DATAPTR_RO(x) as usize, node_class(x)) };
+    // R (>= 3.5) allocates a large vector as malloc(header + data) with the SEXP
+    // at the start of the block, in node class 7; custom-allocated vectors
+    // (other packages' allocVector3) are class 6 and are left alone.
+    if class != Some(LARGE_NODE_CLASS) {
+        return None;
+    }
+    let (start, len) = os::glibc_mmapped_chunk(sexp)?;
     if !(start <= sexp && data + bytes <= start + len) || len > bytes + 2 * page {
         return None; // not a block of this vector alone
     }
@@ -68,4 +75,18 @@ pub unsafe fn handover(x: SEXP, bytes: usize, dir: &Path) -> Option<Handover> {
     let lo = data.div_ceil(page) * page;
     let hi = (data + bytes) / page * page;
     (hi > lo).then_some(Handover { lo, hi })
+}
+
+/// R's node class of large, malloc()ed vectors.
+const LARGE_NODE_CLASS: u64 = 7;
+
+/// The node class of a vector (`gccls`, bits 29-31 of R's 64-bit sxpinfo
+/// header word, as laid out since R 3.5 on little-endian Linux); None if the
+/// word cannot be read.
+///
+/// # Safety
+/// `x` a valid SEXP.
+unsafe fn node_class(x: SEXP) -> Option<u64> {
+    let word = os::read_word(x as usize)? as u64;
+    Some((word >> 29) & 0x7)
 }
