@@ -139,6 +139,21 @@ test_that("a large result comes back through a segment the caller owns", {
   expect_clean(opts)
 })
 
+test_that("a worker returning a large global it received sends a handle, not the data", {
+  opts <- options()
+  with_shm_plan({
+    X <- share(as.double(seq_len(5e5)))
+    back <- future::value(future::future(X, globals = list(X = X)))
+    expect_true(is_shared(back))
+    expect_identical(shared_info(back)$name, shared_info(X)$name)   # the same segment
+    expect_identical(back[5e5], 5e5)
+    l <- future::value(future::future(list(a = X, n = 1), globals = list(X = X)))
+    expect_identical(shared_info(l$a)$name, shared_info(X)$name)
+    rm(X, back, l)
+  })
+  expect_clean(opts)
+})
+
 test_that("a worker returning the same large object twice hands over a new segment each time", {
   opts <- options()
   # Z is kept in an environment attached on the worker (future empties the
