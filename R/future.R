@@ -152,7 +152,8 @@ swap_in_views <- function(x, threshold, state, depth = 0L) {
     state$views[[length(state$views) + 1L]] <- v
     return(v)
   }
-  if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L) {
+  if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L &&
+      isTRUE(.Call(ps_worth_walking, x, threshold))) {
     out <- NULL
     for (i in seq_along(x)) {
       el <- .subset2(x, i)

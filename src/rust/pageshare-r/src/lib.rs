@@ -54,6 +54,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_held / 0,
         ps_mapped / 0,
         ps_mapped_stale / 0,
+        ps_worth_walking / 2,
         ps_release_all / 0,
         ps_cache_size / 0,
         ps_cache_evict / 1,

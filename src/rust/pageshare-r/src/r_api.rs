@@ -199,6 +199,58 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, r
     })
 }
 
+/// Could walking `x` share anything: is `x`, or a list element at any depth
+/// (up to 50), a view, a received vector, or a vector of at least `threshold`
+/// data bytes (character: 8 bytes per element plus the text)? A prefilter for
+/// the R-level walk, which costs ~10 us per element: a future_lapply chunk's
+/// list of 4000 indices took ~35 ms to walk, on the master for every future
+/// and on the worker for every result. May say yes where the walk then finds
+/// nothing; never says no where it would find something.
+#[no_mangle]
+pub extern "C" fn ps_worth_walking(x: SEXP, threshold: SEXP) -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarLogical(worth_walking(x, Rf_asReal(threshold), 0) as i32)) })
+}
+
+unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
+    // SAFETY: x is a valid SEXP; only lengths and list elements are read.
+    unsafe {
+        if view_of(x).is_some() || plain::lookup(x).is_some() {
+            return true;
+        }
+        let n = vector_length(x);
+        let bytes = |per: f64| n as f64 * per >= threshold;
+        match TYPEOF(x) {
+            SEXPTYPE::LGLSXP | SEXPTYPE::INTSXP => bytes(4.0),
+            SEXPTYPE::REALSXP => bytes(8.0),
+            SEXPTYPE::CPLXSXP => bytes(16.0),
+            SEXPTYPE::RAWSXP => bytes(1.0),
+            SEXPTYPE::STRSXP => {
+                bytes(8.0)
+                    || (0..n).map(|i| LENGTH(STRING_ELT(x, i)) as f64).sum::<f64>() + n as f64 * 8.0 >= threshold
+            }
+            SEXPTYPE::VECSXP => depth < 50 && (0..n).any(|i| worth_walking(VECTOR_ELT(x, i), threshold, depth + 1)),
+            _ => false,
+        }
+    }
+}
+
+/// XLENGTH of a vector, 0 for anything else.
+unsafe fn vector_length(x: SEXP) -> R_xlen_t {
+    // SAFETY: XLENGTH is defined for every vector type checked here.
+    unsafe {
+        match TYPEOF(x) {
+            SEXPTYPE::LGLSXP
+            | SEXPTYPE::INTSXP
+            | SEXPTYPE::REALSXP
+            | SEXPTYPE::CPLXSXP
+            | SEXPTYPE::RAWSXP
+            | SEXPTYPE::STRSXP
+            | SEXPTYPE::VECSXP => XLENGTH(x),
+            _ => 0,
+        }
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn ps_is_view(x: SEXP) -> SEXP {
     guard(|| unsafe { Ok(Rf_ScalarLogical((view_of(x).is_some() || plain::lookup(x).is_some()) as i32)) })
