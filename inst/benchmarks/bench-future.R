@@ -2,9 +2,10 @@
 # plan(shm_multisession) vs plan(multisession) vs plan(sequential), 2 workers,
 # side by side in one run.
 #
-#   Rscript inst/benchmarks/bench-future.R [n ...] [--out=FILE] [--skip-b]
+#   Rscript inst/benchmarks/bench-future.R [n ...] [--out=FILE] [--skip-b] [--pss]
 #
 #   n       sizes of the n x n matrix for (a); default 2000 5000
+#   --pss   also sample PSS (a background process; on by itself without a cgroup)
 #   --out   markdown results file; default inst/benchmarks/results/future.md
 #           (relative to the current directory; created if needed)
 #
@@ -38,9 +39,13 @@ old_opts <- options(future.globals.maxSize = +Inf, future.rng.onMisuse = "ignore
 
 # ---- the PSS sampler (a background process) ----------------------------------
 
-source(file.path("inst", "benchmarks", "pss-sampler.R"))
 source(file.path("inst", "benchmarks", "cgroup-memory.R"))
-cgroup_enter()   # before any data is allocated: its pages are charged to the cgroup
+have_cgroup <- cgroup_enter()   # before any data is allocated: its pages are charged to it
+# The PSS sampler is a second R process that takes ~0.2-0.3 s of CPU per
+# second of a 2-core machine: with a cgroup to measure memory, it runs only
+# when asked for (--pss), so that the times are not slowed down by it.
+use_pss <- "--pss" %in% args || !have_cgroup
+source(file.path("inst", "benchmarks", "pss-sampler.R"))
 
 # Pids of the current plan's workers (none for sequential).
 current_worker_pids <- function() {
@@ -172,9 +177,10 @@ md <- c(
           utils::packageVersion("pageshare")),
   "",
   "Memory: peak over the measurement of the sum of PSS of the master and its worker",
-  "processes (/proc/PID/smaps_rollup, sampled every ~50 ms by a background process);",
-  "`before` is that sum just before the measurement (master holding the data, idle",
-  "workers). `cgroup extra` is the peak of a memory cgroup holding the master and",
+  "processes (/proc/PID/smaps_rollup, sampled every ~50 ms by a background process;",
+  "only with --pss or without a cgroup, empty otherwise, since the sampler takes CPU",
+  "from the runs); `before` is that sum just before the measurement (master holding",
+  "the data, idle workers). `cgroup extra` is the peak of a memory cgroup holding the master and",
   "its workers during the measurement minus its usage just before (kernel-kept",
   "peak; counts /dev/shm pages that no process maps, which PSS misses). Times are",
   "wall clock; 4 GB of memory are pre-faulted first (see warm-memory.R).",

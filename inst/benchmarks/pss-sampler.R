@@ -37,16 +37,19 @@ samp_stop <- file.path(samp_dir, "stop")
 samp_pids <- file.path(samp_dir, "pids")
 invisible(file.create(samp_log))
 writeLines(character(), samp_pids)
-system2(file.path(R.home("bin"), "Rscript"),
-        c("--vanilla", shQuote(samp_script), Sys.getpid(), shQuote(samp_log), shQuote(samp_stop),
-          shQuote(samp_pids)),
-        wait = FALSE, stdout = FALSE, stderr = FALSE)
-
-Sys.sleep(1)
-
+# (use_pss <- FALSE before source()ing this file: no sampler process, and the
+# PSS fields of measure() are NA; the cgroup fields still work.)
+if (!exists("use_pss") || isTRUE(use_pss)) {
+  system2(file.path(R.home("bin"), "Rscript"),
+          c("--vanilla", shQuote(samp_script), Sys.getpid(), shQuote(samp_log), shQuote(samp_stop),
+            shQuote(samp_pids)),
+          wait = FALSE, stdout = FALSE, stderr = FALSE)
+  Sys.sleep(1)
+}
 read_pss <- function() {
   l <- readLines(samp_log, warn = FALSE)
   l <- l[nzchar(l)]
+  if (!length(l)) return(data.frame(t = numeric(), kb = numeric(), n = numeric()))
   m <- do.call(rbind, lapply(strsplit(l, " "), as.numeric))
   data.frame(t = m[, 1], kb = m[, 2], n = m[, 3])
 }
