@@ -45,25 +45,25 @@ pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(
     Ok(remember(Arc::new(Segment::create(dir, name, contents, fill)?)))
 }
 
-/// [`Segment::create_copy`] and remember its mapping.
-pub fn create_copy(dir: &Path, name: &str, contents: Contents<'_>, data: &[u8], phase: u64) -> Result<Arc<Segment>> {
-    Ok(remember(Arc::new(Segment::create_copy(dir, name, contents, data, phase)?)))
-}
-
-/// [`Segment::create_copy_handing_over`] and remember its mapping.
+/// A segment holding a copy of `data` ([`Segment::create_copy`], or with
+/// `handover` [`Segment::create_copy_handing_over`]), remembered as mapped.
+/// Returns it and the bytes handed over.
 ///
 /// # Safety
-/// As for [`Segment::create_copy_handing_over`].
-pub unsafe fn create_copy_handing_over(
+/// With a handover, as for [`Segment::create_copy_handing_over`].
+pub unsafe fn create_copy(
     dir: &Path,
     name: &str,
     contents: Contents<'_>,
     data: &[u8],
     phase: u64,
-    handover: Handover,
+    handover: Option<Handover>,
 ) -> Result<(Arc<Segment>, usize)> {
-    // SAFETY: forwarded.
-    let (seg, handed) = unsafe { Segment::create_copy_handing_over(dir, name, contents, data, phase, handover)? };
+    let (seg, handed) = match handover {
+        // SAFETY: forwarded to the caller.
+        Some(h) => unsafe { Segment::create_copy_handing_over(dir, name, contents, data, phase, h)? },
+        None => (Segment::create_copy(dir, name, contents, data, phase)?, 0),
+    };
     Ok((remember(Arc::new(seg)), handed))
 }
 

@@ -68,8 +68,6 @@ pub struct Plain {
     pub len: u64,
     map: PrefixedMapping,
     data_bytes: usize,
-    /// Data bytes R asks the allocator for (those of the allocated length).
-    alloc_data_bytes: usize,
 }
 
 impl Plain {
@@ -115,7 +113,8 @@ unsafe extern "C" fn alloc_block(a: *mut RAllocator, request: usize) -> *mut c_v
     unsafe {
         let p = &*((*a).data as *const Plain);
         // R rounds the data up to whole 8-byte cells; the rest is its header.
-        let cells = p.alloc_data_bytes.div_ceil(8) * 8;
+        // (R asks for the ALLOC_LEN elements it allocates, not for `len`.)
+        let cells = (ALLOC_LEN as usize * p.kind.elem_size() as usize).div_ceil(8) * 8;
         if request < cells {
             return std::ptr::null_mut();
         }
@@ -152,7 +151,6 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     }
     let map = seg.prefixed_map(start, data_bytes as usize).ok()?;
     let data_addr = map.data() as usize;
-    let alloc_len = ALLOC_LEN;
     let boxed = Box::into_raw(Box::new(Plain {
         seg: seg.clone(),
         kind,
@@ -160,7 +158,6 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
         len,
         map,
         data_bytes: data_bytes as usize,
-        alloc_data_bytes: (alloc_len as u64 * kind.elem_size()) as usize,
     }));
     let mut allocator = RAllocator {
         mem_alloc: Some(alloc_block),
@@ -170,7 +167,7 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     };
     live().insert(data_addr, boxed as usize);
     // SAFETY: R copies the allocator into the block and calls alloc_block once.
-    let x = unsafe { Rf_allocVector3(sexptype(kind), alloc_len, &mut allocator) };
+    let x = unsafe { Rf_allocVector3(sexptype(kind), ALLOC_LEN, &mut allocator) };
     // SAFETY: x is the new vector, its block holds `len` elements of data; from
     // now on R must duplicate it before writing.
     unsafe {

@@ -148,12 +148,9 @@ unsafe fn copy_into_segment(
             let phase = if bytes > 0 && ALTREP(x) == 0 { source_pages::phase_of(x) } else { 0 };
             let contents = Contents { kind, length: len, data_len: bytes as u64, attributes: attr_blob };
             let handover = if release_source && ALTREP(x) == 0 { source_pages::handover(x, bytes, dir) } else { None };
-            match handover {
-                // SAFETY: the pages are x's own (checked by handover()); R is
-                // single-threaded, so nothing writes them during the copy.
-                Some(h) => registry::create_copy_handing_over(dir, name, contents, data, phase, h).map_err(msg)?.0,
-                None => registry::create_copy(dir, name, contents, data, phase).map_err(msg)?,
-            }
+            // SAFETY: handed-over pages are x's own (checked by handover()); R is
+            // single-threaded, so nothing writes them during the copy.
+            registry::create_copy(dir, name, contents, data, phase, handover).map_err(msg)?.0
         };
         if hold {
             registry::hold(seg.clone());

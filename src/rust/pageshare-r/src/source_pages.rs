@@ -37,7 +37,7 @@ static GLIBC_MALLOC: Lazy<bool> = Lazy::new(os::glibc_malloc_in_use);
 pub unsafe fn phase_of(x: SEXP) -> u64 {
     // SAFETY: forwarded.
     let data = unsafe { DATAPTR_RO(x) } as u64;
-    data % DATA_ALIGN & !(ELEM_ALIGN - 1)
+    (data % DATA_ALIGN) & !(ELEM_ALIGN - 1)
 }
 
 /// The pages of `x`'s data that can be handed over to the segment copying it
