@@ -25,17 +25,20 @@
 #' `plan(shm_multisession)`.
 #'
 #' @section Globals size limit:
-#' future (1.31, and any version before 1.40) checks the total size of a
-#' future's globals against `getOption("future.globals.maxSize")` (500 MiB by
-#' default) in the calling session, when the future is *created*, before any
-#' backend code runs; it counts a view at its full size. `shm_multisession`
-#' therefore cannot lift this limit by itself, and it does not change global
-#' options behind your back. The limit exists to stop a large object from being
-#' copied to every worker, which `shm_multisession` does not do for shareable
-#' vectors, so when you use it with large data set the limit yourself, e.g.
-#' `options(future.globals.maxSize = +Inf)` (future.apply and furrr honour the
-#' same option). Globals that cannot be shared (environments, functions'
-#' code) still travel by serialization, exactly as with `multisession`.
+#' future checks the total size of a future's globals against
+#' `getOption("future.globals.maxSize")`. The limit exists to stop a large
+#' object from being copied to every worker, which `shm_multisession` does not
+#' do for shareable vectors.
+#' * future >= 1.40 lets the backend check: `shm_multisession` counts what it
+#'   sends as a handle at a handle's size, so the limit applies only to what
+#'   still travels by serialization (environments, functions' code, small
+#'   pieces), exactly as for `multisession`.
+#' * future < 1.40 (Debian's 1.31) checks in the calling session when the future
+#'   is *created*, before any backend code runs, and counts a view at its full
+#'   size (500 MiB by default). `shm_multisession` cannot lift that limit by
+#'   itself and does not change global options behind your back: with large
+#'   data set it yourself, e.g. `options(future.globals.maxSize = +Inf)`
+#'   (future.apply and furrr honour the same option).
 #'
 #' @section Fallback:
 #' If a global cannot be put into shared memory (for example because the
@@ -45,10 +48,10 @@
 #'
 #' @section future >= 1.40:
 #' The function also carries a `"factory"` attribute for the `FutureBackend`
-#' API of future 1.40 and later (a `MultisessionFutureBackend` whose futures
-#' get the same globals treatment in `launchFuture()`). That path is written
-#' against the future 1.40/1.70 sources and is **untested**: future >= 1.40
-#' could not be installed where this package was developed.
+#' API of future 1.40 and later: a `MultisessionFutureBackend` whose futures
+#' get the same treatment of globals and results in `launchFuture()`.
+#' Verified with future 1.70.0 (future.tests 1.0.0 gives the same result as for
+#' `multisession`, and this package's tests pass); see the README.
 #'
 #' @param ... Further arguments passed on as to [future::multisession()]
 #'   (for example `rscript_startup`).
@@ -99,10 +102,17 @@ class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
 attr(shm_multisession, "init") <- TRUE
 attr(shm_multisession, "untweakable") <- "persistent"
 
-# future >= 1.40 (FutureBackend API). UNTESTED: written from the future 1.40.0
-# and 1.70.0 sources. future 1.31 never reads this attribute.
+# future >= 1.40 (FutureBackend API): future() creates a plain Future and run()
+# gives it the backend's futureClasses before launchFuture(), so the run()
+# method above never runs there; launchFuture() below does the same work.
+# future 1.31 never reads this attribute.
 attr(shm_multisession, "factory") <- function(workers = parallelly::availableCores(),
-                                              rscript_libs = .libPaths(), ...) {
+                                              rscript_libs = .libPaths(), ...,
+                                              lazy = NULL, envir = NULL) {
+  # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
+  # function's formals on); they are no backend fields.
+  old <- options(socketOptions = "no-delay") # see shm_multisession()
+  on.exit(options(old), add = TRUE)
   core <- future::MultisessionFutureBackend(workers = workers, rscript_libs = rscript_libs, ...)
   if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
   core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
@@ -265,11 +275,9 @@ restore_bindings <- function(restore) {
 # cluster, while all its workers are idle, that they can.
 checked_clusters <- new.env(parent = emptyenv())
 
-check_workers_have_pageshare <- function(future) {
-  cl <- future$workers
+check_workers_have_pageshare <- function(cl, reg) {
   name <- attr(cl, "name", exact = TRUE)
   if (is.null(name) || isTRUE(checked_clusters[[name]])) return(invisible())
-  reg <- sprintf("workers-%s", name)
   FutureRegistry <- get("FutureRegistry", envir = asNamespace("future"))
   if (length(FutureRegistry(reg, action = "list")) > 0L) return(invisible()) # busy: next time
   # (A failing call, e.g. a dead worker, is left for future to report.)
@@ -390,6 +398,8 @@ share_results_enabled <- function() {
 
 run.ShmMultisessionFuture <- function(future, ...) {
   if (!identical(future$state, "created")) return(NextMethod())
+  cl <- future$workers
+  check_workers_have_pageshare(cl, sprintf("workers-%s", attr(cl, "name", exact = TRUE)))
   if (share_results_enabled()) {
     orig_expr <- future$expr
     future$expr <- wrap_expr(orig_expr)
@@ -444,7 +454,9 @@ resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
 # to future's own method.
 nothing_to_read <- function(x, timeout = NULL) {
   if (!identical(x$state, "running") || !is.null(x$result)) return(FALSE)
-  con <- tryCatch(x$workers[[x$node]]$con, error = function(e) NULL)
+  # future 1.31 keeps the cluster in the future, >= 1.40 in its backend.
+  workers <- if (!is.null(x$workers)) x$workers else x$backend$workers
+  con <- tryCatch(workers[[x$node]]$con, error = function(e) NULL)
   if (!inherits(con, "sockconn")) return(FALSE)
   if (is.null(timeout)) {
     timeout <- getOption("future.cluster.resolved.timeout", getOption("future.resolved.timeout", 0.01))
@@ -454,9 +466,15 @@ nothing_to_read <- function(x, timeout = NULL) {
   identical(ready, FALSE)
 }
 
-# ---- future >= 1.40: the launchFuture() method (UNTESTED) -------------------
+# ---- future >= 1.40: the launchFuture() and validateFutureGlobals() methods --
 
 launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
+  check_workers_have_pageshare(backend[["workers"]], backend[["reg"]])
+  if (share_results_enabled()) {
+    orig_expr <- future[["expr"]]
+    future[["expr"]] <- wrap_expr(orig_expr)
+    on.exit(future[["expr"]] <- orig_expr, add = TRUE)
+  }
   orig <- future[["globals"]]
   shared <- share_globals(orig)
   if (is.null(shared)) return(NextMethod())
@@ -471,8 +489,27 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
   }, add = TRUE)
   with_handles(NextMethod())
 }
-# (Result sharing on >= 1.40 would wrap future[["expr"]] here the same way and
-# unwrap in a result() method for the future classes; not done, untestable here.)
+
+# future >= 1.40 checks the globals' total size against the backend's
+# maxSizeOfObjects (option future.globals.maxSize) in the backend, before
+# launchFuture(). The limit guards against copying large objects to workers;
+# what shm_multisession sends as a handle is therefore counted as the handle:
+# the globals are shared here (launchFuture() then finds the same segments in
+# the identity cache) and measured the way future measures them, inside a
+# handle scope. A future still above the limit gets future's own error.
+validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, ...) {
+  max_size <- backend[["maxSizeOfObjects"]]
+  if (is.null(max_size) || is.infinite(max_size)) return(NextMethod())
+  shared <- suppressWarnings(share_globals(future[["globals"]]), classes = "pageshare_fallback")
+  if (is.null(shared)) return(NextMethod())
+  on.exit(restore_bindings(attr(shared, "pageshare_restore")), add = TRUE)
+  attr(shared, "pageshare_views") <- NULL
+  attr(shared, "pageshare_restore") <- NULL
+  objectSize <- get("objectSize", envir = asNamespace("future"), mode = "function")
+  size <- with_handles(sum(vapply(unclass(shared), function(g) as.numeric(objectSize(g)), 0)))
+  if (size <= max_size) return(future)
+  NextMethod()
+}
 
 # ---- registration -------------------------------------------------------------
 
@@ -487,6 +524,8 @@ register_future_methods <- function(...) {
   if (exists("launchFuture", envir = ns, inherits = FALSE)) { # future >= 1.40
     registerS3method("launchFuture", "ShmMultisessionFutureBackend",
                      launchFuture.ShmMultisessionFutureBackend, envir = ns)
+    registerS3method("validateFutureGlobals", "ShmMultisessionFutureBackend",
+                     validateFutureGlobals.ShmMultisessionFutureBackend, envir = ns)
   }
   invisible()
 }

@@ -11,9 +11,12 @@
 # shared; --threshold=0 makes every numeric global and value travel through
 # shared memory. Both are run by default.
 #
-# future.tests 0.8.0 is the last version that works with future < 1.40
-# (0.9.0 and later import future >= 1.40). Skips with a message when it is not
-# installed. Exits with status 1 if any test errors or a segment is left.
+# Use future.tests 0.8.0 with future < 1.40 (0.9.0 and later import future
+# >= 1.40) and future.tests 1.0.0 with future >= 1.40. Skips with a message when
+# it is not installed. Exits with status 1 if any test errors or a segment is
+# left. To check future >= 1.40 here, install future, parallelly, globals and
+# future.tests from their public repositories into a private library and run
+# with R_LIBS=<that library> (README, "Versions verified").
 args <- commandArgs(trailingOnly = TRUE)
 if (!requireNamespace("future.tests", quietly = TRUE)) {
   message("future.tests is not installed: skipping the Future API conformance tests")
@@ -33,8 +36,9 @@ if (!is.na(one)) {
   spec <- switch(one,
     shm_multisession = sprintf("pageshare::shm_multisession, workers = %d", workers),
     multisession = sprintf("future::multisession, workers = %d", workers))
-  setwd(tempdir()) # some tests plot (Rplots.pdf)
+  home <- setwd(tempdir()) # some tests plot (Rplots.pdf)
   res <- future.tests::check(plan = spec, exit_value = FALSE, session_info = FALSE)
+  setwd(home) # R removes tempdir() at exit; not from inside it
   quit(status = if (identical(as.integer(attr(res, "exit_code")), 0L)) 0L else 1L)
 }
 
