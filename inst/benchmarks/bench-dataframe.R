@@ -20,6 +20,7 @@ if (!length(out)) out <- file.path("inst", "benchmarks", "results", "dataframe.m
 workers <- 2L
 old_opts <- options(future.globals.maxSize = +Inf)
 source(file.path("inst", "benchmarks", "pss-sampler.R"))
+source(file.path("inst", "benchmarks", "plan-workers.R"))
 
 set.seed(42)
 df <- data.frame(
@@ -41,8 +42,7 @@ table_rows <- list()
 for (kind in c("multisession", "shm_multisession")) {
   if (kind == "multisession") plan(multisession, workers = workers) else plan(shm_multisession, workers = workers)
   invisible(future_lapply(1:4, function(i) i))
-  cl <- future:::ClusterRegistry("get")
-  set_sampled_pids(vapply(cl, function(node) as.integer(node$session_info$process$pid), 0L))
+  set_sampled_pids(plan_worker_pids())
   m <- measure(r <- future_lapply(groups, summarise))
   results[[kind]] <- r
   table_rows[[kind]] <- sprintf("| %s | %.2f | %.0f | %.0f |", kind, m$secs, m$peak_mb, m$base_mb)

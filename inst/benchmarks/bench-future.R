@@ -47,16 +47,10 @@ have_cgroup <- cgroup_enter()   # before any data is allocated: its pages are ch
 use_pss <- "--pss" %in% args || !have_cgroup
 source(file.path("inst", "benchmarks", "pss-sampler.R"))
 
-# Pids of the current plan's workers (none for sequential).
-current_worker_pids <- function() {
-  cl <- tryCatch(future:::ClusterRegistry("get"), error = function(e) NULL)
-  if (is.null(cl)) return(integer())
-  vapply(cl, function(node) as.integer(node$session_info$process$pid %||% NA), 0L)
-}
-`%||%` <- function(a, b) if (is.null(a)) b else a
+source(file.path("inst", "benchmarks", "plan-workers.R"))
 
 set_plan <- function(kind) {
-  old_pids <- current_worker_pids()
+  old_pids <- plan_worker_pids()
   plan(sequential)
   # Let the previous plan's workers finish exiting (freeing hundreds of MB)
   # before anything is timed: on 2 cores their teardown would be measured too.
@@ -71,11 +65,7 @@ set_plan <- function(kind) {
   invisible(future_lapply(1:4, function(i) i))
   # Tell the sampler the worker pids (PSOCK workers are not children of this
   # process: their launching shell exits and they are re-parented).
-  pids <- if (kind == "sequential") integer() else {
-    cl <- future:::ClusterRegistry("get")
-    vapply(cl, function(node) as.integer(node$session_info$process$pid), 0L)
-  }
-  set_sampled_pids(pids)
+  set_sampled_pids(if (kind == "sequential") integer() else plan_worker_pids())
 }
 
 rows <- list()
