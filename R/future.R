@@ -77,11 +77,7 @@
 #' @export
 shm_multisession <- function(..., workers = parallelly::availableCores(), lazy = FALSE,
                              rscript_libs = .libPaths(), envir = parent.frame()) {
-  if (is.function(workers)) workers <- workers()
-  workers <- structure(as.integer(workers), class = class(workers))
-  if (length(workers) != 1L || is.na(workers) || !is.finite(workers) || workers < 1L) {
-    pageshare_stop("future_workers", paste(format(workers), collapse = " "))
-  }
+  workers <- check_future_workers(workers)
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
@@ -111,6 +107,7 @@ attr(shm_multisession, "factory") <- function(workers = parallelly::availableCor
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
+  workers <- check_future_workers(workers)
   old <- options(socketOptions = "no-delay") # see shm_multisession()
   on.exit(options(old), add = TRUE)
   core <- future::MultisessionFutureBackend(workers = workers, rscript_libs = rscript_libs, ...)
@@ -118,6 +115,17 @@ attr(shm_multisession, "factory") <- function(workers = parallelly::availableCor
   core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
   class(core) <- c("ShmMultisessionFutureBackend", class(core))
   core
+}
+
+# `workers` as a whole number >= 1 (keeping a class such as "AsIs"), or an
+# error naming the argument.
+check_future_workers <- function(workers) {
+  if (is.function(workers)) workers <- workers()
+  n <- suppressWarnings(as.integer(workers))
+  if (!is.numeric(workers) || length(n) != 1L || is.na(n) || n != workers || n < 1L) {
+    pageshare_stop("future_workers", paste(format(workers), collapse = " "))
+  }
+  structure(n, class = class(workers))
 }
 
 # ---- the globals walk ---------------------------------------------------------

@@ -312,6 +312,34 @@ test_that("a worker killed mid-future gives a FutureError and the next future ru
   expect_clean(opts)
 })
 
+test_that("future >= 1.40: cancel(interrupt = TRUE) stops a future using a view; the next one runs", {
+  skip_if_not(exists("cancel", envir = asNamespace("future")), "this future has no cancel()")
+  opts <- options()
+  with_shm_plan({
+    X <- big()
+    f <- future::future({ Sys.sleep(30); sum(X) })
+    Sys.sleep(1)                                   # running on a worker, X mapped there
+    t0 <- Sys.time()
+    f <- future::cancel(f, interrupt = TRUE)
+    expect_error(future::value(f), class = "FutureInterruptError")
+    expect_lt(as.numeric(difftime(Sys.time(), t0, units = "secs")), 10)
+    expect_equal(future::value(future::future(sum(X))), sum(X))
+    expect_equal(future::nbrOfFreeWorkers(), 2)
+    rm(f, X)
+  })
+  expect_clean(opts)
+})
+
+test_that("an invalid workers argument gives an error naming it", {
+  opts <- options()
+  on.exit(future::plan(future::sequential), add = TRUE)
+  for (bad in list(0, -1, 2.5, NA_real_, "two", c(1, 2)))
+    expect_error(future::plan(pageshare::shm_multisession, workers = bad), "`workers` must be")
+  expect_error(future::plan(pageshare::shm_multisession, workers = function() 0), "`workers` must be")
+  future::plan(future::sequential)
+  expect_clean(opts)
+})
+
 test_that("workers that cannot load pageshare give a clear error, once checked", {
   # Without pageshare a worker would turn a handle into an empty vector with
   # only a warning; shm_multisession checks each cluster once, while it is idle.
