@@ -107,6 +107,33 @@ test_that("a write gives the writer a private copy and leaves the segment as it 
   expect_identical(callr::r(function(h) { library(pageshare); unserialize(h) }, args = list(h = h)), x)
 })
 
+test_that("element reads through ALTREP Elt (X[, j]) see the right view as views come and go", {
+  # Elt keeps the last view it read; a new view may take a collected one's address.
+  mats <- lapply(1:3, function(k) matrix(as.double(seq_len(4096 * 4)) * k, 4096))
+  views <- lapply(mats, share)
+  for (j in 1:4) for (k in 1:3) expect_identical(views[[k]][, j], mats[[k]][, j])
+  for (r in 1:30) {
+    m <- matrix(runif(4096 * 2) + r, 4096)
+    v <- share(m)
+    expect_identical(v[, 2], m[, 2])
+    expect_identical(v[7, ], m[7, ])
+    rm(v)
+    invisible(gc())
+  }
+  rm(views); invisible(gc())
+})
+
+test_that("element reads after an in-place write (data.table::set) see the writer's copy", {
+  skip_if_not_installed("data.table")
+  x <- as.double(1:5000)
+  l <- list(a = share(x))
+  expect_identical(l$a[c(1, 4999)], c(1, 4999))   # read first: the view is now cached
+  data.table::setDT(l)
+  data.table::set(l, 1L, "a", -1)                  # writes through Dataptr(writeable)
+  expect_identical(l$a[c(1, 4999)], c(-1, 4999))
+  expect_identical(share(x)[1], 1)                 # the segment is as it was
+})
+
 test_that("unsupported input gives an error naming the element and the reason", {
   expect_error(share(new.env()), "`x`: it is an environment", class = "pageshare_error")
   expect_error(share(sum), "it is a function", class = "pageshare_error")

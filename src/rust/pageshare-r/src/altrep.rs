@@ -13,7 +13,7 @@
 
 use crate::boundary::guard;
 use crate::rapi::*;
-use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_unchecked, View};
+use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_for_elt, view_unchecked, View};
 use pageshare_core::handle::Handle;
 use pageshare_core::header::Kind;
 use pageshare_core::registry;
@@ -256,7 +256,7 @@ macro_rules! elt_methods {
             // SAFETY: R passes 0 <= i < length(x); data_ptr() covers length(x)
             // elements (numeric views never use data2 unless the private mapping
             // failed, and then read_at points into data2 as well).
-            unsafe { *this(x).data_ptr().cast::<$t>().add(i as usize) }
+            unsafe { *view_for_elt(x).data_ptr().cast::<$t>().add(i as usize) }
         }
         unsafe extern "C" fn $region(x: SEXP, i: R_xlen_t, n: R_xlen_t, buf: *mut $t) -> R_xlen_t {
             // SAFETY: copies min(n, length - i) elements into R's buffer of n elements.
