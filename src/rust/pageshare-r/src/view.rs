@@ -17,7 +17,7 @@ use pageshare_core::segment::Segment;
 use pageshare_core::segment::MmapMut;
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub struct View {
@@ -33,6 +33,9 @@ pub struct View {
     /// Where reads go now (the shared mapping, then the private one): cached so
     /// that the per-element methods, which R calls in tight loops, stay cheap.
     pub read_at: Cell<*const u8>,
+    /// The R object whose data1 points here (set once by make_view): lets the
+    /// Elt cache check that a cached View belongs to the object asked about.
+    object: SEXP,
 }
 
 impl View {
@@ -168,9 +171,7 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
     unsafe {
         let p = R_ExternalPtrAddr(ptr).cast::<View>();
         if !p.is_null() {
-            if LAST_VIEW.view.get() == p.cast_const() {
-                forget_last_view();
-            }
+            let _ = LAST_VIEW.compare_exchange(p, std::ptr::null_mut(), Ordering::Relaxed, Ordering::Relaxed);
             R_ClearExternalPtr(ptr);
             drop(Box::from_raw(p));
         }
@@ -183,7 +184,6 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
 /// Main R thread only. The caller must check that the slice lies in the segment.
 pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) -> SEXP {
     debug_assert!(offset + len <= seg.header().length);
-    forget_last_view(); // the new object may take a collected view's address
     let view = View {
         seg,
         kind,
@@ -192,6 +192,7 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
         materializations: Cell::new(0),
         private: RefCell::new(None),
         read_at: Cell::new(std::ptr::null()),
+        object: std::ptr::null_mut(),
     };
     view.read_at.set(if kind == Kind::Character { std::ptr::null() } else { view.shared_ptr() });
     let raw = Box::into_raw(Box::new(view));
@@ -201,6 +202,10 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
         // onexit = TRUE: mappings are released (and owned segments unlinked) at exit.
         R_RegisterCFinalizerEx(ptr, Some(finalize_view), Rboolean::TRUE);
         let x = R_new_altrep(crate::altrep::class_for(kind), ptr, nil());
+        // No reference to the box exists yet; Elt cannot run before we return.
+        (*raw).object = x;
+        // x may have a collected view's address: drop a View cached for it.
+        forget_last_view();
         MARK_NOT_MUTABLE(x);
         Rf_unprotect(1);
         x
@@ -263,41 +268,38 @@ pub unsafe fn plain_copy(x: SEXP, view: &View) -> SEXP {
     }
 }
 
-/// The last view whose element an ALTREP `Elt` method read, and its `View`.
+/// The `View` of the last view whose element an ALTREP `Elt` method read.
 /// R 4.2 extracts `X[, j]` element by element through `Elt`; finding the View
 /// costs two calls into R (data1, then the external pointer's address) per
 /// element, about a third of the extra time over an ordinary vector.
 ///
-/// Sound because a live view's `View` never moves, and the only way for a
-/// later view to take a collected view's address is `make_view()`, which
-/// empties this cache first.
-struct LastView {
-    x: Cell<SEXP>,
-    view: Cell<*const View>,
-}
-// SAFETY: touched only on the main R thread (ALTREP methods and make_view).
-unsafe impl Sync for LastView {}
-static LAST_VIEW: LastView = LastView { x: Cell::new(std::ptr::null_mut()), view: Cell::new(std::ptr::null()) };
+/// A cached View is used only for the object it names (`View::object`). Sound
+/// because a live view's View never moves; a View is freed only by its
+/// finalizer, which empties the cache if it holds it; and a new view can take
+/// a collected view's address (whose View may await its finalizer) only
+/// through make_view(), which empties the cache. One atomic pointer, so that
+/// code calling Elt from several threads (against R's rules, but harmless for
+/// ordinary vectors) can never pair one object with another's View.
+static LAST_VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
 
 fn forget_last_view() {
-    LAST_VIEW.x.set(std::ptr::null_mut());
-    LAST_VIEW.view.set(std::ptr::null());
+    LAST_VIEW.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 
 /// `view_unchecked(x)` through the one-entry cache above: for `Elt` methods.
 ///
 /// # Safety
-/// `x` must be a live view; main R thread.
+/// `x` must be a live view.
 #[inline]
 pub unsafe fn view_for_elt<'a>(x: SEXP) -> &'a View {
-    if LAST_VIEW.x.get() == x {
-        // SAFETY: cached for this same live object (see LastView).
-        return unsafe { &*LAST_VIEW.view.get() };
+    let cached = LAST_VIEW.load(Ordering::Relaxed);
+    // SAFETY: a non-null cached pointer is a live View (see LAST_VIEW).
+    if !cached.is_null() && unsafe { (*cached).object } == x {
+        return unsafe { &*cached };
     }
     // SAFETY: the caller's contract.
     let v = unsafe { view_unchecked(x) };
-    LAST_VIEW.x.set(x);
-    LAST_VIEW.view.set(v);
+    LAST_VIEW.store(std::ptr::from_ref(v).cast_mut(), Ordering::Relaxed);
     v
 }
 
