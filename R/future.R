@@ -29,10 +29,13 @@
 #' `getOption("future.globals.maxSize")`. The limit exists to stop a large
 #' object from being copied to every worker, which `shm_multisession` does not
 #' do for shareable vectors.
-#' * future >= 1.40 lets the backend check: `shm_multisession` counts what it
-#'   sends as a handle at a handle's size, so the limit applies only to what
-#'   still travels by serialization (environments, functions' code, small
-#'   pieces), exactly as for `multisession`.
+#' * future >= 1.40 lets the backend check the globals of `future()`,
+#'   `futureCall()` and `%<-%`: `shm_multisession` counts what it sends as a
+#'   handle at a handle's size, so the limit applies only to what still travels
+#'   by serialization (environments, functions' code, small pieces), exactly as
+#'   for `multisession`. future.apply and furrr, however, check the globals of
+#'   the function they apply themselves, at full size, before any backend runs:
+#'   with them, set the option as for future < 1.40.
 #' * future < 1.40 (Debian's 1.31) checks in the calling session when the future
 #'   is *created*, before any backend code runs, and counts a view at its full
 #'   size (500 MiB by default). `shm_multisession` cannot lift that limit by
@@ -56,7 +59,10 @@
 #' @param ... Further arguments passed on as to [future::multisession()]
 #'   (for example `rscript_startup`).
 #' @param workers Number of background R sessions (or a function returning
-#'   it), as for [future::multisession()].
+#'   it), as for [future::multisession()]. The default is the number of
+#'   available cores, but at most the number of free connections less 16 (each
+#'   worker holds a connection; R has 128), as multisession does from future
+#'   1.40 on.
 #' @param lazy If `TRUE`, the future is not launched until its value is needed.
 #' @param rscript_libs Library paths of the workers; pageshare must be
 #'   installed in one of them.
@@ -75,8 +81,10 @@
 #' }
 #' }
 #' @export
-shm_multisession <- function(..., workers = parallelly::availableCores(), lazy = FALSE,
-                             rscript_libs = .libPaths(), envir = parent.frame()) {
+shm_multisession <- function(...,
+                             workers = max(1L, min(parallelly::availableCores(),
+                                                   parallelly::freeConnections() - 16L)),
+                             lazy = FALSE, rscript_libs = .libPaths(), envir = parent.frame()) {
   workers <- check_future_workers(workers)
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
@@ -102,7 +110,8 @@ attr(shm_multisession, "untweakable") <- "persistent"
 # gives it the backend's futureClasses before launchFuture(), so the run()
 # method above never runs there; launchFuture() below does the same work.
 # future 1.31 never reads this attribute.
-attr(shm_multisession, "factory") <- function(workers = parallelly::availableCores(),
+attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::availableCores(),
+                                                                    parallelly::freeConnections() - 16L)),
                                               rscript_libs = .libPaths(), ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
@@ -432,6 +441,8 @@ run.ShmMultisessionFuture <- function(future, ...) {
 }
 
 result.ShmMultisessionFuture <- function(future, ...) {
+  old <- options(socketOptions = "no-delay") # see launchFuture() below
+  on.exit(options(old), add = TRUE)
   # Once result() returns or fails (e.g. the worker died), the worker will not
   # map the globals any more: drop the views (future may keep a failed future
   # referenced for a long time).
@@ -448,9 +459,16 @@ result.ShmMultisessionFuture <- function(future, ...) {
 
 resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
   if (nothing_to_read(x, timeout)) return(FALSE)
+  old <- options(socketOptions = "no-delay") # see launchFuture() below
+  on.exit(options(old), add = TRUE)
   ans <- NextMethod()
   if (isTRUE(ans)) adopt_result(x)
   ans
+}
+
+# future's id of this R session (futures record it as their owner).
+session_uuid <- function() {
+  get("session_uuid", envir = asNamespace("future"), mode = "function")()
 }
 
 # TRUE when `x` is running and its worker has sent nothing within the timeout
@@ -466,6 +484,10 @@ nothing_to_read <- function(x, timeout = NULL) {
   workers <- if (!is.null(x$workers)) x$workers else x$backend$workers
   con <- tryCatch(workers[[x$node]]$con, error = function(e) NULL)
   if (!inherits(con, "sockconn")) return(FALSE)
+  # future's checks that come before its select(): a connection closed since
+  # (its index may now be another socket's) or a future of another session.
+  if (!isTRUE(tryCatch(parallelly::isConnectionValid(con), error = function(e) FALSE))) return(FALSE)
+  if (!identical(as.character(x$owner), as.character(session_uuid()))) return(FALSE)
   if (is.null(timeout)) {
     timeout <- getOption("future.cluster.resolved.timeout", getOption("future.resolved.timeout", 0.01))
   }
@@ -477,6 +499,10 @@ nothing_to_read <- function(x, timeout = NULL) {
 # ---- future >= 1.40: the launchFuture() and validateFutureGlobals() methods --
 
 launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
+  # future >= 1.40 restarts a dead worker when it needs a node (here) or
+  # collects a result (result()/resolved()): its new socket needs no-delay too.
+  old <- options(socketOptions = "no-delay")
+  on.exit(options(old), add = TRUE)
   check_workers_have_pageshare(backend[["workers"]], backend[["reg"]])
   if (share_results_enabled()) {
     orig_expr <- future[["expr"]]

@@ -340,6 +340,48 @@ test_that("an invalid workers argument gives an error naming it", {
   expect_clean(opts)
 })
 
+test_that("resolved()'s shortcut leaves closed connections and other sessions' futures to future", {
+  # The shortcut answers "not yet" after one select(); it must not select() on
+  # a connection that was closed (its index may be another socket's by now).
+  cl <- parallel::makePSOCKcluster(1L)
+  fake <- new.env()
+  fake$state <- "running"
+  fake$result <- NULL
+  fake$node <- 1L
+  fake$workers <- cl
+  fake$owner <- pageshare:::session_uuid()
+  expect_true(pageshare:::nothing_to_read(fake, timeout = 0))       # alive, idle
+  fake$owner <- "another session"
+  expect_false(pageshare:::nothing_to_read(fake, timeout = 0))
+  fake$owner <- pageshare:::session_uuid()
+  parallel::stopCluster(cl)
+  expect_false(pageshare:::nothing_to_read(fake, timeout = 0))      # closed: future decides
+  cl2 <- parallel::makePSOCKcluster(1L)          # an idle socket, likely at the old index
+  on.exit(parallel::stopCluster(cl2), add = TRUE)
+  expect_false(pageshare:::nothing_to_read(fake, timeout = 0))
+})
+
+test_that("the default number of workers leaves 16 connections free, as multisession >= 1.40", {
+  default <- eval(formals(pageshare::shm_multisession)$workers)
+  expect_identical(default, max(1L, min(parallelly::availableCores(), parallelly::freeConnections() - 16L)))
+  expect_identical(eval(formals(attr(pageshare::shm_multisession, "factory"))$workers), default)
+})
+
+test_that("future >= 1.40: a restarted worker's socket has TCP_NODELAY too", {
+  skip_if(packageVersion("future") < "1.40.0", "future < 1.40 does not restart workers")
+  opts <- options()
+  with_shm_plan(workers = I(1L), {
+    for (i in 1:3) future::value(future::future(1))
+    expect_error(future::value(future::future(tools::pskill(Sys.getpid(), tools::SIGKILL))),
+                 class = "FutureError")
+    for (i in 1:3) future::value(future::future(1))   # on the new worker
+    ms <- median(vapply(1:15, function(i) system.time(future::value(future::future(1)))[["elapsed"]], 0)) * 1000
+    # future 1.70 sequentially takes ~8 ms; a delayed ACK adds ~40 ms
+    expect_lt(ms, 30)
+  })
+  expect_clean(opts)
+})
+
 test_that("workers that cannot load pageshare give a clear error, once checked", {
   # Without pageshare a worker would turn a handle into an empty vector with
   # only a warning; shm_multisession checks each cluster once, while it is idle.
