@@ -89,14 +89,9 @@ shm_multisession <- function(...,
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
-  # TCP_NODELAY on the caller's side of the worker sockets (parallelly sets it
-  # on the workers' side): without it every message larger than one segment
-  # waits ~40 ms for a delayed ACK (Nagle), which made a trivial future cost
-  # ~50 ms. Only connections opened now (the workers' start) are affected.
-  old <- options(socketOptions = "no-delay")
-  on.exit(options(old), add = TRUE)
-  f <- future::MultisessionFuture(..., workers = workers, lazy = TRUE,
-                                  rscript_libs = rscript_libs, envir = envir)
+  # The workers start here (when the plan is set up): see nodelay_sockets().
+  f <- nodelay_sockets(future::MultisessionFuture(..., workers = workers, lazy = TRUE,
+                                                  rscript_libs = rscript_libs, envir = envir))
   class(f) <- c("ShmMultisessionFuture", class(f))
   if (!lazy) f <- future::run(f)
   invisible(f)
@@ -117,9 +112,8 @@ attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
-  old <- options(socketOptions = "no-delay") # see shm_multisession()
-  on.exit(options(old), add = TRUE)
-  core <- future::MultisessionFutureBackend(workers = workers, rscript_libs = rscript_libs, ...)
+  core <- nodelay_sockets(
+    future::MultisessionFutureBackend(workers = workers, rscript_libs = rscript_libs, ...))
   if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
   core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
   class(core) <- c("ShmMultisessionFutureBackend", class(core))
@@ -441,13 +435,11 @@ run.ShmMultisessionFuture <- function(future, ...) {
 }
 
 result.ShmMultisessionFuture <- function(future, ...) {
-  old <- options(socketOptions = "no-delay") # see launchFuture() below
-  on.exit(options(old), add = TRUE)
   # Once result() returns or fails (e.g. the worker died), the worker will not
   # map the globals any more: drop the views (future may keep a failed future
   # referenced for a long time).
   on.exit(future$pageshare_views <- NULL, add = TRUE)
-  res <- NextMethod()
+  res <- nodelay_sockets(NextMethod()) # future >= 1.40 may restart a dead worker
   if (inherits(res, "FutureResult") && inherits(res$value, "pageshare_result")) {
     if (is.null(future$result)) future$result <- res
     adopt_result(future)
@@ -459,9 +451,7 @@ result.ShmMultisessionFuture <- function(future, ...) {
 
 resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
   if (nothing_to_read(x, timeout)) return(FALSE)
-  old <- options(socketOptions = "no-delay") # see launchFuture() below
-  on.exit(options(old), add = TRUE)
-  ans <- NextMethod()
+  ans <- nodelay_sockets(NextMethod()) # future >= 1.40 may restart a dead worker
   if (isTRUE(ans)) adopt_result(x)
   ans
 }
@@ -499,10 +489,6 @@ nothing_to_read <- function(x, timeout = NULL) {
 # ---- future >= 1.40: the launchFuture() and validateFutureGlobals() methods --
 
 launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
-  # future >= 1.40 restarts a dead worker when it needs a node (here) or
-  # collects a result (result()/resolved()): its new socket needs no-delay too.
-  old <- options(socketOptions = "no-delay")
-  on.exit(options(old), add = TRUE)
   check_workers_have_pageshare(backend[["workers"]], backend[["reg"]])
   if (share_results_enabled()) {
     orig_expr <- future[["expr"]]
@@ -511,7 +497,8 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
   }
   orig <- future[["globals"]]
   shared <- share_globals(orig)
-  if (is.null(shared)) return(NextMethod())
+  # (future restarts a dead worker when it needs a node: nodelay_sockets().)
+  if (is.null(shared)) return(nodelay_sockets(NextMethod()))
   future[["pageshare_views"]] <- attr(shared, "pageshare_views")
   restore <- attr(shared, "pageshare_restore")
   attr(shared, "pageshare_views") <- NULL
@@ -521,7 +508,7 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
     future[["globals"]] <- orig
     restore_bindings(restore)
   }, add = TRUE)
-  with_handles(NextMethod())
+  nodelay_sockets(with_handles(NextMethod()))
 }
 
 # future >= 1.40 checks the globals' total size against the backend's

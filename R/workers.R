@@ -55,13 +55,20 @@ pool_workers <- function(n = NULL) {
   if (length(cl) == n) cl else cl[seq_len(n)]
 }
 
-# A PSOCK cluster whose sockets have TCP_NODELAY on both ends. R's sockets use
-# Nagle's algorithm by default: a message or reply larger than one TCP segment
-# then waits ~40 ms for a delayed ACK (a 16 KB reply: 43 ms, with no-delay 1 ms).
-make_nodelay_cluster <- function(n) {
+# Evaluates `expr` with TCP_NODELAY on the sockets R opens meanwhile (our side
+# of worker connections). R's sockets use Nagle's algorithm by default: a
+# message or reply larger than one TCP segment then waits ~40 ms for a delayed
+# ACK (a 16 KB reply: 43 ms, with no-delay 1 ms; a trivial future: ~50 ms).
+nodelay_sockets <- function(expr) {
   old <- options(socketOptions = "no-delay")
   on.exit(options(old))
-  parallel::makePSOCKcluster(n, rscript_args = c("-e", shQuote("options(socketOptions = 'no-delay')")))
+  expr
+}
+
+# A PSOCK cluster whose sockets have TCP_NODELAY on both ends.
+make_nodelay_cluster <- function(n) {
+  nodelay_sockets(parallel::makePSOCKcluster(
+    n, rscript_args = c("-e", shQuote("options(socketOptions = 'no-delay')"))))
 }
 
 # Process ids of the pool's workers (integer(0) when no pool is running).
