@@ -37,6 +37,26 @@ test_that("a normal exit unlinks the segments the process owned", {
   expect_false(any(grepl("exit_test", present, fixed = TRUE)))
 })
 
+test_that("an exit finalizer can read a view, and the exit still unlinks it", {
+  # Regression: views were finalized at exit too, so an exit finalizer of the
+  # user's that ran later read a freed View (segfault at quit).
+  script <- tempfile(fileext = ".R")
+  on.exit(unlink(script), add = TRUE)
+  writeLines(c(
+    "library(pageshare)",
+    "e <- new.env()",
+    "reg.finalizer(e, function(e) cat('at exit:', sum(e$x), e$x[2], '\\n'), onexit = TRUE)",
+    "e$x <- share(as.double(1:2e5))",
+    "cat('segment:', shared_info(e$x)$name, '\\n')"
+  ), script)
+  out <- suppressWarnings(system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE))
+  expect_null(attr(out, "status"))
+  expect_true(any(out == "at exit: 20000100000 2 "), info = paste(out, collapse = "\n"))
+  name <- sub("^segment: (\\S+) $", "\\1", grep("^segment: ", out, value = TRUE))
+  expect_length(name, 1L)
+  expect_false(name %in% shared_segments(all = TRUE))
+})
+
 test_that("unloading the package unlinks what the process owned", {
   res <- callr::r(function() {
     library(pageshare)
