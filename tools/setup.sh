@@ -19,7 +19,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null; then
-  echo "pageshare needs a Rust toolchain (cargo, rustc >= 1.82) on PATH; install it with rustup." >&2
+  echo "pageshare needs a Rust toolchain (cargo, rustc >= 1.87) on PATH; install it with rustup." >&2
   exit 1
 fi
 
