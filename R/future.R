@@ -411,27 +411,56 @@ run.ShmMultisessionFuture <- function(future, ...) {
   if (!identical(future$state, "created")) return(NextMethod())
   cl <- future$workers
   check_workers_have_pageshare(cl, sprintf("workers-%s", attr(cl, "name", exact = TRUE)))
-  if (share_results_enabled()) {
-    orig_expr <- future$expr
-    future$expr <- wrap_expr(orig_expr)
-    on.exit(future$expr <- orig_expr, add = TRUE)
-  }
+  orig_expr <- future$expr
   orig <- future$globals
-  shared <- share_globals(orig)
-  if (is.null(shared)) return(NextMethod())
-  # The views must outlive the launch: the worker maps them when it
-  # unserializes, possibly after run() returned. They are dropped when the
-  # result has been collected (result() below) or with the future.
-  future$pageshare_views <- attr(shared, "pageshare_views")
-  restore <- attr(shared, "pageshare_restore")
-  attr(shared, "pageshare_views") <- NULL
-  attr(shared, "pageshare_restore") <- NULL
-  future$globals <- shared
   on.exit({
+    future$expr <- orig_expr
     future$globals <- orig
-    restore_bindings(restore)
   }, add = TRUE)
-  with_handles(NextMethod())
+  expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
+  globals <- orig
+  shared <- share_globals(orig)
+  if (!is.null(shared)) {
+    # The views must outlive the launch: the worker maps them when it
+    # unserializes, possibly after run() returned. They are dropped when the
+    # result has been collected (result() below) or with the future.
+    future$pageshare_views <- attr(shared, "pageshare_views")
+    restore <- attr(shared, "pageshare_restore")
+    on.exit(restore_bindings(restore), add = TRUE)
+    attr(shared, "pageshare_views") <- NULL
+    attr(shared, "pageshare_restore") <- NULL
+    globals <- shared
+  }
+  if (length(globals) >= 2L) {
+    globals <- pack_globals(globals)
+    expr <- unpack_globals_expr(expr)
+  }
+  future$expr <- expr
+  future$globals <- globals
+  if (is.null(shared)) NextMethod() else with_handles(NextMethod())
+}
+
+# future 1.31 sends each global to the worker in a call of its own and waits
+# for the reply (~0.7 ms each here: a future_lapply() chunk has 7 globals).
+# shm_multisession sends them as one list, which the expression first unpacks
+# into the worker's global environment, where future would have assigned them
+# (as future >= 1.40 sends all globals in one message). future$globals itself
+# is restored after the launch.
+packed_globals_name <- "...pageshare.globals"
+
+pack_globals <- function(globals) {
+  values <- unclass(globals)
+  attributes(values) <- list(names = names(globals))
+  structure(list(values), names = packed_globals_name)
+}
+
+unpack_globals_expr <- function(expr) {
+  bquote({
+    base::list2env(base::get(.(packed_globals_name), envir = base::globalenv()),
+                   envir = base::globalenv())
+    base::rm(list = .(packed_globals_name), envir = base::globalenv())
+    .(expr)
+  })
 }
 
 result.ShmMultisessionFuture <- function(future, ...) {

@@ -75,6 +75,26 @@ test_that("futures, %<-%, futureCall give the same values as multisession", {
   expect_clean(opts)
 })
 
+test_that("the worker's global environment holds the same globals as under multisession", {
+  # future 1.31 sends globals one call each; shm_multisession sends them as one
+  # list that the expression unpacks first: the expression must not see a
+  # difference (names, NULL values, functions, shared values).
+  a <- 1; b <- NULL; X <- big(); f <- function() a + 1
+  probe <- function() future::value(future::future({
+    list(ls(globalenv(), all.names = TRUE), is.null(b), sum(X), f(), environmentName(environment(f)))
+  }))
+  opts <- options()
+  future::plan(future::multisession, workers = 2)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  expected <- probe()
+  with_shm_plan({
+    expect_identical(probe(), expected)
+    expect_identical(probe(), expected)       # and again on a used worker
+  })
+  rm(X)
+  expect_clean(opts)
+})
+
 test_that("a large global arrives as a view, shared once across chunks", {
   opts <- options()
   with_shm_plan({
