@@ -69,3 +69,14 @@ check_ops <- function(plain, ops, label) {
   v
 }
 
+
+# data.table's `[` gives `:=` its meaning only in code it considers
+# data.table-aware; under R CMD check the tests run inside this package's
+# namespace, which does not import data.table (it is only suggested), so a
+# plain `dt[i, v := x]` there fails. Evaluate such a call as code in the
+# global environment, with the variables it names taken from the caller.
+as_global_code <- function(expr, env = parent.frame()) {
+  expr <- substitute(expr)
+  vars <- intersect(all.vars(expr), ls(env, all.names = TRUE))
+  eval(expr, list2env(mget(vars, envir = env), parent = globalenv()))
+}

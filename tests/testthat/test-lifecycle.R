@@ -135,7 +135,7 @@ test_that("a write to a view whose segment name is gone falls back to a full cop
   releaseVariables(ns, "x")                  # unlinked; the mapping stays valid
   expect_identical(range(v), range(x))       # R 4.2 asks range() for a writeable pointer
   dt <- data.table::data.table(v = v)
-  dt[1, v := 0]
+  as_global_code(dt[1, v := 0])
   expect_identical(dt$v[1], 0)
   expect_identical(v[-1], x[-1])
 })

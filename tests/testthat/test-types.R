@@ -50,13 +50,15 @@ test_that("a data.table stays a data.table; := in a worker writes a private copy
   s <- share(dt)
   expect_true(data.table::is.data.table(s))
   cl <- local_cluster(1L)
-  res <- with_handles(parallel::clusterCall(cl, function(d) {
+  in_worker <- function(d) {
     library(data.table)
     d[2, a := 100]
     d[b == "c", b := "CC"]
     d[, z := a * 2]
     list(d = d, still_view = pageshare::is_shared(d$a))
-  }, s))[[1]]
+  }
+  environment(in_worker) <- globalenv()   # data.table-aware (see as_global_code())
+  res <- with_handles(parallel::clusterCall(cl, in_worker, s))[[1]]
   expect_identical(res$d$a[2], 100)
   expect_identical(res$d$b[3], "CC")
   expect_identical(res$d$z[2], 200)
@@ -64,7 +66,7 @@ test_that("a data.table stays a data.table; := in a worker writes a private copy
   expect_identical(s, dt)
   # := on the owner's view changes that view only, never the segment
   again <- unserialize(with_handles(serialize(s, NULL)))
-  s[3, a := -1]
+  as_global_code(s[3, a := -1])
   expect_identical(s$a[3], -1)
   expect_identical(again$a[3], 3)
   expect_identical(dt$a[3], 3)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The package as users get it: `R CMD build`, then `R CMD check` of the
+# tarball (installation from the tarball, examples, vignette, and the test
+# suite run the way R CMD check runs it: inside the package namespace). Run in
+# a temporary directory outside this repository, so that cargo cannot see its
+# workspace. Fails on an ERROR or a WARNING; NOTEs are printed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+work=$(mktemp -d /tmp/pageshare-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+src=$(pwd)
+(cd "$work" && R CMD build "$src" >build.log 2>&1) || { cat "$work/build.log"; exit 1; }
+status=0
+(cd "$work" && _R_CHECK_FORCE_SUGGESTS_=false R CMD check --no-manual pageshare_*.tar.gz >check.log 2>&1) || status=$?
+result=$(grep '^Status:' "$work/check.log" || echo "Status: no result")
+if [ "$status" -ne 0 ] || grep -q '^Status:.*\(ERROR\|WARNING\)' "$work/check.log"; then
+  cat "$work/check.log"
+  for f in "$work"/pageshare.Rcheck/00install.out "$work"/pageshare.Rcheck/tests/testthat.Rout.fail; do
+    [ -f "$f" ] && tail -40 "$f"
+  done
+  echo "R CMD check: $result"
+  exit 1
+fi
+grep -A4 ' NOTE$' "$work/check.log" || true
+echo "R CMD check of the built tarball: $result"
