@@ -441,7 +441,7 @@ run.ShmMultisessionFuture <- function(future, ...) {
 }
 
 # future 1.31 sends each global to the worker in a call of its own and waits
-# for the reply (~0.7 ms each here: a future_lapply() chunk has 7 globals).
+# for the reply (~0.3 ms each here; a future_lapply() chunk has 7 globals).
 # shm_multisession sends them as one list, which the expression first unpacks
 # into the worker's global environment, where future would have assigned them
 # (as future >= 1.40 sends all globals in one message). future$globals itself

@@ -69,7 +69,6 @@ check_ops <- function(plain, ops, label) {
   v
 }
 
-
 # data.table's `[` gives `:=` its meaning only in code it considers
 # data.table-aware; under R CMD check the tests run inside this package's
 # namespace, which does not import data.table (it is only suggested), so a
