@@ -411,33 +411,45 @@ run.ShmMultisessionFuture <- function(future, ...) {
   if (!identical(future$state, "created")) return(NextMethod())
   cl <- future$workers
   check_workers_have_pageshare(cl, sprintf("workers-%s", attr(cl, "name", exact = TRUE)))
-  orig_expr <- future$expr
-  orig <- future$globals
-  on.exit({
-    future$expr <- orig_expr
-    future$globals <- orig
-  }, add = TRUE)
+  undo <- prepare_launch(future, pack = TRUE)
+  on.exit(undo(), add = TRUE)
+  if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod()
+}
+
+# Prepares `future` for the caller's NextMethod() (future's own launch): its
+# expression wrapped for result sharing, its large globals swapped for views
+# (and, with `pack`, all globals packed into one). Returns a function that puts
+# back the expression, the globals and swapped bindings, with attribute
+# "shared" (TRUE when views were swapped in: send inside a handle scope). The
+# views must outlive the launch: the worker maps them when it unserializes,
+# possibly after the launch returned; they stay in future$pageshare_views until
+# the result has been collected (result() below) or with the future.
+prepare_launch <- function(future, pack = FALSE) {
+  orig_expr <- future[["expr"]]
+  orig <- future[["globals"]]
   expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
   globals <- orig
+  restore <- list()
   shared <- share_globals(orig)
   if (!is.null(shared)) {
-    # The views must outlive the launch: the worker maps them when it
-    # unserializes, possibly after run() returned. They are dropped when the
-    # result has been collected (result() below) or with the future.
-    future$pageshare_views <- attr(shared, "pageshare_views")
+    future[["pageshare_views"]] <- attr(shared, "pageshare_views")
     restore <- attr(shared, "pageshare_restore")
-    on.exit(restore_bindings(restore), add = TRUE)
     attr(shared, "pageshare_views") <- NULL
     attr(shared, "pageshare_restore") <- NULL
     globals <- shared
   }
-  if (length(globals) >= 2L) {
+  if (pack && length(globals) >= 2L) {
     globals <- pack_globals(globals)
     expr <- unpack_globals_expr(expr)
   }
-  future$expr <- expr
-  future$globals <- globals
-  if (is.null(shared)) NextMethod() else with_handles(NextMethod())
+  future[["expr"]] <- expr
+  future[["globals"]] <- globals
+  undo <- function() {
+    future[["expr"]] <- orig_expr
+    future[["globals"]] <- orig
+    restore_bindings(restore)
+  }
+  structure(undo, shared = !is.null(shared))
 }
 
 # future 1.31 sends each global to the worker in a call of its own and waits
@@ -519,25 +531,10 @@ nothing_to_read <- function(x, timeout = NULL) {
 
 launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
   check_workers_have_pageshare(backend[["workers"]], backend[["reg"]])
-  if (share_results_enabled()) {
-    orig_expr <- future[["expr"]]
-    future[["expr"]] <- wrap_expr(orig_expr)
-    on.exit(future[["expr"]] <- orig_expr, add = TRUE)
-  }
-  orig <- future[["globals"]]
-  shared <- share_globals(orig)
+  undo <- prepare_launch(future)
+  on.exit(undo(), add = TRUE)
   # (future restarts a dead worker when it needs a node: nodelay_sockets().)
-  if (is.null(shared)) return(nodelay_sockets(NextMethod()))
-  future[["pageshare_views"]] <- attr(shared, "pageshare_views")
-  restore <- attr(shared, "pageshare_restore")
-  attr(shared, "pageshare_views") <- NULL
-  attr(shared, "pageshare_restore") <- NULL
-  future[["globals"]] <- shared
-  on.exit({
-    future[["globals"]] <- orig
-    restore_bindings(restore)
-  }, add = TRUE)
-  nodelay_sockets(with_handles(NextMethod()))
+  nodelay_sockets(if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod())
 }
 
 # future >= 1.40 checks the globals' total size against the backend's
