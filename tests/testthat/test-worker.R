@@ -92,6 +92,98 @@ test_that("a received numeric segment is an ordinary vector over the shared page
   expect_false(res$mapped_after)                 # R freed the vector: unmapped
 })
 
+test_that("a worker that receives the same data again gets the same vector, its pages already mapped", {
+  skip_if_not_installed("data.table")
+  skip_if_not(file.exists("/proc/self/maps"), "no /proc/self/maps")
+  v <- share(matrix(as.double(seq_len(2e5)), 1000))   # 1.6 MB: an ordinary vector there
+  y <- share(as.double(seq_len(1e5)) / 7)             # 800 KB, no attributes
+  h <- with_handles(serialize(v, NULL))
+  hy <- with_handles(serialize(y, NULL))
+  names <- c(shared_info(v)$name, shared_info(y)$name)
+  cl <- local_cluster(1L)
+  parallel::clusterCall(cl, function(names) {
+    # A pageshare task starts (as every backend's does), then its data arrive.
+    receive <<- function(h) { pageshare:::collect_stale_views(); unserialize(h) }
+    state <<- function(x, i = 1L) list(
+      addr = if (is.null(x)) NA else data.table::address(x),
+      maps = sum(grepl(names[i], readLines("/proc/self/maps"), fixed = TRUE)),
+      parked = .Call(pageshare:::ps_parked))
+    invisible()
+  }, names)
+  step <- function(f) {
+    environment(f) <- globalenv()
+    parallel::clusterCall(cl, f, h, hy)[[1]]
+  }
+
+  s1 <- step(function(h, hy) { kept1 <<- receive(h); state(kept1) })
+  s2 <- step(function(h, hy) { b <- receive(h); c(state(b), same = identical(b, kept1)) })
+  expect_identical(s2$addr, s1$addr)                 # the same vector, not a second one
+  expect_identical(s2$maps, s1$maps)                 # and no second mapping
+  expect_true(s2$same)
+
+  # Once R frees it, the mapping is kept for the next vector of the same data.
+  s3 <- step(function(h, hy) { rm(kept1, envir = globalenv()); invisible(gc()); invisible(gc()); state(NULL) })
+  expect_identical(s3$parked, 1L)
+  expect_identical(s3$maps, s1$maps)
+  s4 <- step(function(h, hy) { kept2 <<- receive(h); c(state(kept2), attrs = list(attributes(kept2)), sum = sum(kept2)) })
+  expect_identical(s4$addr, s1$addr)                 # the same block, pages already mapped
+  expect_identical(s4$parked, 0L)
+  expect_identical(s4$attrs, list(dim = c(1000L, 200L)))
+  expect_identical(s4$sum, sum(v))
+
+  # Attributes changed in place (C code ignoring R's copy rule): not handed out again.
+  s5 <- step(function(h, hy) {
+    data.table::setattr(kept2, "tag", "changed in place")
+    d <- receive(h)
+    c(state(d), attrs = list(attributes(d)), kept_tag = attr(kept2, "tag"))
+  })
+  expect_false(identical(s5$addr, s1$addr))
+  expect_identical(s5$attrs, list(dim = c(1000L, 200L)))
+  expect_identical(s5$kept_tag, "changed in place")  # receiving did not touch the old one
+
+  # Data changed in place (data.table's set()): neither handed out again nor kept.
+  s6 <- step(function(h, hy) {
+    e1 <- receive(hy)
+    l <- list(a = e1)
+    data.table::setDT(l)
+    data.table::set(l, 1L, "a", -42)
+    written <- e1[1]
+    kept3 <<- e1
+    e2 <- receive(hy)
+    c(state(e2, 2L), written = written, first = e2[1], identical = identical(e2, as.double(seq_len(1e5)) / 7),
+      other = !identical(data.table::address(e2), data.table::address(e1)))
+  })
+  expect_identical(s6$written, -42)                  # the write did land in place
+  expect_identical(s6$first, 1 / 7)
+  expect_true(s6$identical)
+  expect_true(s6$other)
+  s7 <- step(function(h, hy) { rm(kept3, envir = globalenv()); invisible(gc()); invisible(gc()); state(NULL, 2L) })
+  expect_identical(s7$parked, 2L)                    # d (of v) and e2 (of y) were freed and kept
+  expect_identical(s7$maps, 2L)                      # of y: the segment's own mapping and e2's, not e1's
+
+  # When the owner unlinks the segments, the next task start lets go of all.
+  step(function(h, hy) { rm(list = ls(globalenv(), pattern = "^kept"), envir = globalenv()); invisible(gc()); invisible() })
+  rm(v, y); forget_shared(); invisible(gc()); invisible(gc())
+  expect_false(any(names %in% shared_segments(all = TRUE)))
+  s8 <- step(function(h, hy) { pageshare:::collect_stale_views(); c(state(NULL, 1L), maps2 = state(NULL, 2L)$maps) })
+  expect_identical(s8$parked, 0L)
+  expect_identical(s8$maps, 0L)
+  expect_identical(s8$maps2, 0L)
+})
+
+test_that("a process that runs no pageshare tasks keeps no mapping of a freed vector", {
+  v <- share(as.double(seq_len(1e5)))
+  h <- with_handles(serialize(v, NULL))
+  res <- callr::r(function(h) {
+    library(pageshare)
+    x <- unserialize(h)
+    name <- shared_info(x)$name
+    rm(x); invisible(gc()); invisible(gc())
+    c(parked = .Call(pageshare:::ps_parked), mapped = name %in% shared_segments())
+  }, args = list(h = h))
+  expect_identical(res, c(parked = 0L, mapped = 0L))
+})
+
 test_that("receiving a large numeric segment does not raise R's GC trigger", {
   # R counts a custom-allocated vector nowhere, but allocating one of length n
   # first ran a full collection and raised the collection trigger by n: a

@@ -9,7 +9,8 @@
 //! - `Duplicate`: a plain copy (counted); R copies the attributes.
 //! - `Serialized_state`: a handle inside `with_handles()`, otherwise `NULL`, which
 //!   makes R serialize the plain data (so `saveRDS()` files never depend on a segment).
-//! - `Unserialize`: maps the segment named by the handle in this process.
+//! - `UnserializeEX`: maps the segment named by the handle in this process (or
+//!   hands out again the vector this process already has over it, plain.rs).
 
 use crate::boundary::guard;
 use crate::rapi::*;
@@ -198,7 +199,10 @@ unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
     }
 }
 
-unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
+/// R's unserialize() of a handle, with the attributes, object bit and levels
+/// R read after it (the "EX" method, so that an existing vector can be handed
+/// out again unchanged instead of getting them overwritten).
+unsafe extern "C" fn unserialize_ex(_class: SEXP, state: SEXP, attr: SEXP, objf: c_int, levs: c_int) -> SEXP {
     guard(|| {
         // SAFETY: state is the raw vector written by serialized_state (checked below).
         let bytes = unsafe {
@@ -215,12 +219,24 @@ unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
         if hdr.kind != h.kind || h.offset.checked_add(h.length).is_none_or(|end| end > hdr.length) {
             return Err(format!("the handle of segment '{}' does not match its contents", h.name));
         }
-        // SAFETY: the slice was checked to lie inside the segment. A process that
-        // receives a numeric segment gets an ordinary vector over its pages
-        // (plain.rs: full speed in R's element-wise paths), else a view.
+        // SAFETY: the slice was checked to lie inside the segment; attr is the
+        // pairlist (or NULL) R read for this item. A process that receives a
+        // numeric segment gets an ordinary vector over its pages (plain.rs:
+        // full speed in R's element-wise paths), the same one again if it
+        // still has it, else a view.
         Ok(unsafe {
-            crate::plain::plain_vector(&seg, h.kind, h.offset, h.length)
-                .unwrap_or_else(|| make_view(seg, h.kind, h.offset, h.length))
+            if let Some(x) = crate::plain::same_vector(&seg, h.kind, h.offset, h.length, attr, objf, levs) {
+                return Ok(x);
+            }
+            let x = Rf_protect(
+                crate::plain::plain_vector(&seg, h.kind, h.offset, h.length)
+                    .unwrap_or_else(|| make_view(seg, h.kind, h.offset, h.length)),
+            );
+            SET_ATTRIB(x, attr);
+            SET_OBJECT(x, objf);
+            SETLEVELS(x, levs);
+            Rf_unprotect(1);
+            x
         })
     })
 }
@@ -300,7 +316,7 @@ pub unsafe fn register(dll: *mut DllInfo) {
             R_set_altrep_Length_method(cls, Some(length));
             R_set_altrep_Duplicate_method(cls, Some(duplicate));
             R_set_altrep_Serialized_state_method(cls, Some(serialized_state));
-            R_set_altrep_Unserialize_method(cls, Some(unserialize));
+            R_set_altrep_UnserializeEX_method(cls, Some(unserialize_ex));
             R_set_altrep_Inspect_method(cls, Some(inspect));
             R_set_altvec_Dataptr_method(cls, Some(dataptr));
             R_set_altvec_Dataptr_or_null_method(cls, Some(dataptr_or_null));

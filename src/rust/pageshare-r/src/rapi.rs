@@ -14,6 +14,9 @@ extern "C" {
     pub fn Rf_asReal(x: SEXP) -> f64;
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
     pub fn TRUELENGTH(x: SEXP) -> R_xlen_t;
+    pub fn ATTRIB(x: SEXP) -> SEXP;
+    pub fn OBJECT(x: SEXP) -> std::os::raw::c_int;
+    pub fn LEVELS(x: SEXP) -> std::os::raw::c_int;
     pub fn SET_TRUELENGTH(x: SEXP, v: R_xlen_t);
     pub fn R_set_altraw_Elt_method(cls: R_altrep_class_t, fun: R_altraw_Elt_method_t);
     pub fn R_set_altraw_Get_region_method(cls: R_altrep_class_t, fun: R_altraw_Get_region_method_t);
