@@ -165,9 +165,8 @@ sweep_shared <- function() invisible(.Call(ps_sweep, segment_dir()))
 #' List pageshare segments
 #'
 #' @param all If `FALSE` (default), the segments this process maps (owned or
-#'   viewed; in a worker, also those whose mapping it keeps to hand out again
-#'   when the same data arrive, until their owner removes them); if `TRUE`,
-#'   every pageshare segment present in the segment directory, of any process.
+#'   viewed); if `TRUE`, every pageshare segment present in the segment
+#'   directory, of any process.
 #' @return A character vector of segment names.
 #' @examples
 #' v <- share(rnorm(10))

@@ -222,10 +222,9 @@ is_frame_env <- function(e) {
 # An idle R process does not collect garbage, so a worker keeps the views of
 # its earlier tasks mapped; once their owner has unlinked a segment, only those
 # views keep its pages alive. Run at the start of every task a pageshare backend
-# sends: mappings kept for reuse (plain.rs) of unlinked segments are let go, and
-# a full collection runs when (and only when) a mapped segment is stale (a full
-# collection for every task or future cost ~30 ms).
+# sends: a full collection when (and only when) a mapped segment is stale (a
+# full collection for every task or future cost ~30 ms).
 collect_stale_views <- function() {
-  if (.Call(ps_begin_task) > 0L) invisible(gc(verbose = FALSE))
+  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
   invisible()
 }

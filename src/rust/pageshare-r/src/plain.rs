@@ -31,19 +31,12 @@
 //! Reuse: a worker receives the same data again and again (every chunk of
 //! every `future_lapply()` over a matrix shared once). A fresh mapping pays a
 //! page fault per 64 KiB read (~25 ms per 256 MB here, ~3% of such a chunk's
-//! work), so a process hands out what it already has, in two ways:
-//! - [`same_vector`]: the vector it made for the previous handle of the same
-//!   slice, if R has not freed it (the previous future's globals are unbound
-//!   just before the next future's arrive, and an idle worker collects no
-//!   garbage), its data unchanged and its attributes exactly the handle's;
-//! - parked mappings: in a process that runs pageshare tasks ([`begin_task`])
-//!   the mapping of a vector R frees is kept instead of unmapped, and the next
-//!   vector of the same slice gets the same block, its page tables filled.
-//!   Only unmodified mappings of segments this process does not own, still
-//!   linked under their name, are parked, at most [`MAX_PARKED`]; at every task
-//!   start those whose segment was unlinked are let go (when stale views are
-//!   collected too), so a parked mapping holds no memory longer than a view
-//!   that R has not collected yet would.
+//! work), so a process hands out again the vector it made for an earlier
+//! handle of the same slice ([`same_vector`]) if R has not freed it yet (the
+//! previous future's globals are unbound just before the next future's
+//! arrive, and an idle worker collects no garbage), its data unchanged and its
+//! attributes exactly the handle's. Once R has freed it, the mapping goes
+//! with it, as before: nothing is kept that R would not keep.
 
 use crate::rapi::*;
 use crate::view::sexptype;
@@ -120,9 +113,6 @@ impl Plain {
     }
 }
 
-/// The most mappings kept for reuse: the oldest goes first.
-pub const MAX_PARKED: usize = 32;
-
 /// Data address -> the boxed Plain (as addresses).
 static LIVE: Lazy<Mutex<HashMap<usize, usize>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
@@ -147,94 +137,14 @@ unsafe extern "C" fn alloc_block(a: *mut RAllocator, request: usize) -> *mut c_v
     }
 }
 
-/// Boxed Plains (as addresses) whose vectors R has freed, oldest first, and
-/// whether this process parks at all.
-struct Parking {
-    enabled: bool,
-    parked: Vec<usize>,
-}
-
-static PARKING: Lazy<Mutex<Parking>> = Lazy::new(|| Mutex::new(Parking { enabled: false, parked: Vec::new() }));
-
-fn parking() -> std::sync::MutexGuard<'static, Parking> {
-    PARKING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 unsafe extern "C" fn free_block(a: *mut RAllocator, _block: *mut c_void) {
     // SAFETY: `a` is R's copy of our allocator inside the block; read what we
-    // need before the block (and `a` with it) may be unmapped by dropping the Box.
+    // need before the block (and `a` with it) is unmapped by dropping the Box.
     unsafe {
         let boxed = (*a).data as *mut Plain;
         live().remove(&((*boxed).map.data() as usize));
-        park_or_drop(boxed);
+        drop(Box::from_raw(boxed));
     }
-}
-
-/// Keep the mapping of a freed vector for the next vector of the same slice,
-/// if it is worth keeping (see the module docs), else unmap it.
-///
-/// # Safety
-/// `boxed` comes from `Box::into_raw` and no R vector uses its block any more.
-unsafe fn park_or_drop(boxed: *mut Plain) {
-    // SAFETY: forwarded from the caller: we own the Box now.
-    let p = unsafe { &*boxed };
-    // (is_current() and is_modified() are syscalls, no R API: fine inside R's
-    // collector, which is where R frees the block.)
-    let keep = parking().enabled && !p.seg.owned_here() && p.seg.is_current() && !p.is_modified();
-    let evicted = if keep {
-        let mut pk = parking();
-        pk.parked.push(boxed as usize);
-        let excess = pk.parked.len().saturating_sub(MAX_PARKED);
-        pk.parked.drain(..excess).collect()
-    } else {
-        vec![boxed as usize]
-    };
-    for b in evicted {
-        // SAFETY: every parked address is a Box no vector uses.
-        drop(unsafe { Box::from_raw(b as *mut Plain) });
-    }
-}
-
-/// The parked mapping of exactly this slice of `seg`, taken out of the park.
-fn take_parked(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64) -> Option<*mut Plain> {
-    let mut pk = parking();
-    let i = pk.parked.iter().position(|&b| {
-        // SAFETY: parked addresses are live Boxes owned by the park.
-        let p = unsafe { &*(b as *const Plain) };
-        Arc::ptr_eq(&p.seg, seg) && p.kind == kind && p.offset == offset && p.len == len
-    })?;
-    Some(pk.parked.remove(i) as *mut Plain)
-}
-
-/// Unmap parked mappings: all of them, or only those whose segment is no
-/// longer linked under its name. Returns how many were unmapped.
-pub fn unpark(all: bool) -> usize {
-    let doomed: Vec<usize> = {
-        let mut pk = parking();
-        let (gone, kept): (Vec<usize>, Vec<usize>) = pk.parked.iter().partition(|&&b| {
-            // SAFETY: parked addresses are live Boxes owned by the park.
-            all || !unsafe { &*(b as *const Plain) }.seg.is_current()
-        });
-        pk.parked = kept;
-        gone
-    };
-    for &b in &doomed {
-        // SAFETY: removed from the park above; nothing else refers to it.
-        drop(unsafe { Box::from_raw(b as *mut Plain) });
-    }
-    doomed.len()
-}
-
-/// This process starts a pageshare task (a worker): from now on it parks the
-/// mappings of freed vectors; those of segments unlinked since are let go here.
-pub fn begin_task() {
-    parking().enabled = true;
-    unpark(false);
-}
-
-/// How many mappings are parked (for tests and diagnostics).
-pub fn parked_count() -> usize {
-    parking().parked.len()
 }
 
 /// An ordinary R vector over `len` elements of `seg` from `offset`, or None when
@@ -251,15 +161,12 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
     if data_bytes < MIN_BYTES || !(seg.header().data_offset + start).is_multiple_of(8) {
         return None;
     }
-    let boxed = match take_parked(seg, kind, offset, len) {
-        Some(b) => b,
-        None => {
-            let map = seg.prefixed_map(start, data_bytes as usize).ok()?;
-            Box::into_raw(Box::new(Plain { seg: seg.clone(), kind, offset, len, map, data_bytes: data_bytes as usize, sexp: 0 }))
-        }
-    };
-    // SAFETY: a Box we own until R's allocator takes it.
-    let data_addr = unsafe { (*boxed).map.data() } as usize;
+    let map = seg.prefixed_map(start, data_bytes as usize).ok()?;
+    let data_addr = map.data() as usize;
+    // (sexp stays 0 until R has allocated the vector: if the allocation fails,
+    // the entry left in LIVE is never taken for a vector.)
+    let boxed =
+        Box::into_raw(Box::new(Plain { seg: seg.clone(), kind, offset, len, map, data_bytes: data_bytes as usize, sexp: 0 }));
     let mut allocator = RAllocator {
         mem_alloc: Some(alloc_block),
         mem_free: Some(free_block),
@@ -306,31 +213,34 @@ pub unsafe fn same_vector(
             (p.sexp != 0 && Arc::ptr_eq(&p.seg, seg) && p.kind == kind && p.offset == offset && p.len == len)
                 .then_some(p.sexp)
         })
+        .take(MAX_CANDIDATES)
         .collect();
-    for c in candidates {
-        let x = c as SEXP;
-        // SAFETY: x is not freed (it is in LIVE); protected first, because the
-        // comparison of attributes may allocate, i.e. collect x if it is garbage.
-        let same = unsafe {
-            Rf_protect(x);
-            let same = lookup(x).is_some_and(|p| !p.is_modified())
+    // SAFETY: every candidate is in LIVE, i.e. not freed. All are protected
+    // before the first R call: comparing attributes may allocate, i.e. collect
+    // (and free) any of them that is garbage.
+    unsafe {
+        for &c in &candidates {
+            Rf_protect(c as SEXP);
+        }
+        let found = candidates.iter().map(|&c| c as SEXP).find(|&x| {
+            lookup(x).is_some_and(|p| !p.is_modified())
                 && OBJECT(x) == objf
                 && LEVELS(x) == levs
-                && R_compute_identical(ATTRIB(x), attr, IDENTICAL_STRICT) != Rboolean::FALSE;
-            Rf_unprotect(1);
-            same
-        };
-        if same {
-            return Some(x);
-        }
+                && R_compute_identical(ATTRIB(x), attr, IDENTICAL_STRICT) != Rboolean::FALSE
+        });
+        Rf_unprotect(candidates.len() as std::os::raw::c_int);
+        found
     }
-    None
 }
+
+/// At most this many vectors over one slice are looked at (each is protected
+/// while they are compared; there is usually one).
+const MAX_CANDIDATES: usize = 8;
 
 /// identical()'s flags with every option strict: numbers compared bitwise,
 /// NAs distinguished, attributes in order, byte code, environments and srcrefs
-/// not ignored.
-const IDENTICAL_STRICT: std::os::raw::c_int = 1 | 2 | 4 | 8 | 16 | 32;
+/// not ignored, external pointers compared as objects.
+const IDENTICAL_STRICT: std::os::raw::c_int = 1 | 2 | 4 | 8 | 16 | 32 | 64;
 
 /// The Plain behind an ordinary vector whose data are mapped from a segment.
 ///

@@ -484,29 +484,17 @@ pub extern "C" fn ps_mapped() -> SEXP {
     guard(|| unsafe { Ok(strings(&registry::mapped())) })
 }
 
-/// A pageshare worker starts a task: let go of parked mappings of segments
-/// unlinked since (and park from now on, see plain.rs), then return the number
-/// of mapped segments whose file was unlinked or replaced (views of them are
-/// worth collecting).
+/// The number of mapped segments whose file was unlinked or replaced.
 #[no_mangle]
-pub extern "C" fn ps_begin_task() -> SEXP {
-    guard(|| unsafe {
-        plain::begin_task();
-        Ok(Rf_ScalarInteger(registry::stale().len() as i32))
-    })
-}
-
-/// The number of mappings kept for reuse (plain.rs), for tests.
-#[no_mangle]
-pub extern "C" fn ps_parked() -> SEXP {
-    guard(|| unsafe { Ok(Rf_ScalarInteger(plain::parked_count() as i32)) })
+pub extern "C" fn ps_mapped_stale() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarInteger(registry::stale().len() as i32)) })
 }
 
 /// Release everything this process holds or owns (package unload).
 #[no_mangle]
 pub extern "C" fn ps_release_all() -> SEXP {
     guard(|| unsafe {
-        let n = cache::clear() + plain::unpark(true) + registry::release_all() + segment::unlink_all_owned(None);
+        let n = cache::clear() + registry::release_all() + segment::unlink_all_owned(None);
         Ok(Rf_ScalarInteger(n as i32))
     })
 }
