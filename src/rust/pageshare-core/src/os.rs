@@ -129,7 +129,9 @@ struct PageRegion {
     categories: u64,
 }
 
-/// `_IOWR('f', 16, struct pm_scan_arg)`.
+/// `_IOWR('f', 16, struct pm_scan_arg)` in the generic ioctl layout (x86, arm).
+/// Where the layout differs (powerpc, mips, sparc) the ioctl fails with ENOTTY
+/// and the entries are read instead.
 const PAGEMAP_SCAN: libc::c_ulong = (3 << 30) | ((std::mem::size_of::<PmScanArg>() as libc::c_ulong) << 16) | (0x66 << 8) | 16;
 const PAGE_IS_FILE: u64 = 1 << 2;
 const PAGE_IS_PRESENT: u64 = 1 << 3;
