@@ -165,6 +165,27 @@ test_that("a worker that receives the same data again gets the same vector, its 
   expect_identical(s7$maps2, 0L)
 })
 
+test_that("a vector is handed out again only with exactly the handle's strings (encoding too)", {
+  # identical() calls latin1 and UTF-8 "\u00e9" equal; the receiver must still
+  # get the attribute in the encoding that was sent.
+  skip_if_not_installed("data.table")
+  v <- share(runif(1e5))
+  u <- enc2utf8("\u00e9"); l <- iconv(u, "UTF-8", "latin1")
+  data.table::setattr(v, "lab", l); h1 <- with_handles(serialize(v, NULL))
+  data.table::setattr(v, "lab", u); h2 <- with_handles(serialize(v, NULL))
+  res <- callr::r(function(h1, h2) {
+    library(pageshare)
+    a <- unserialize(h1); b <- unserialize(h2); a2 <- unserialize(h1)
+    list(enc_a = Encoding(attr(a, "lab")), enc_b = Encoding(attr(b, "lab")),
+         b_is_a = identical(data.table::address(a), data.table::address(b)),
+         a2_is_a = identical(data.table::address(a), data.table::address(a2)))
+  }, args = list(h1 = h1, h2 = h2))
+  expect_identical(res$enc_a, "latin1")
+  expect_identical(res$enc_b, "UTF-8")
+  expect_false(res$b_is_a)
+  expect_true(res$a2_is_a)                       # the same strings: handed out again
+})
+
 test_that("comparing attributes cannot free another vector over the same data (regression)", {
   # The comparison may allocate (translating a latin1 string): a collection
   # then must not free a second candidate, garbage over the same slice, that is

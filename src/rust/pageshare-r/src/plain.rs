@@ -227,9 +227,49 @@ pub unsafe fn same_vector(
                 && OBJECT(x) == objf
                 && LEVELS(x) == levs
                 && R_compute_identical(ATTRIB(x), attr, IDENTICAL_STRICT) != Rboolean::FALSE
+                && same_strings(ATTRIB(x), attr, 0)
         });
         Rf_unprotect(candidates.len() as std::os::raw::c_int);
         found
+    }
+}
+
+/// `identical()` calls two strings equal when their text is, even in different
+/// encodings (latin1 and UTF-8 "é"). Having found `a` and `b` identical, also
+/// require every string in them to be the same CHARSXP (R keeps one per bytes
+/// and encoding), so that a vector handed out again carries exactly the
+/// handle's strings. Walks lists, pairlists and attributes; no allocation.
+///
+/// # Safety
+/// Main R thread; `a` and `b` valid SEXPs that `identical()` found equal.
+unsafe fn same_strings(a: SEXP, b: SEXP, depth: u32) -> bool {
+    if a == b {
+        return true;
+    }
+    if depth > 64 {
+        return false; // too deep to check cheaply: do not reuse
+    }
+    // SAFETY: a and b have the same type and length (identical); every
+    // element read is in range.
+    unsafe {
+        let same_here = match TYPEOF(a) {
+            SEXPTYPE::STRSXP => (0..XLENGTH(a)).all(|i| STRING_ELT(a, i) == STRING_ELT(b, i)),
+            SEXPTYPE::VECSXP | SEXPTYPE::EXPRSXP => {
+                (0..XLENGTH(a)).all(|i| same_strings(VECTOR_ELT(a, i), VECTOR_ELT(b, i), depth + 1))
+            }
+            SEXPTYPE::LISTSXP => {
+                // (identical(): same length, same tags)
+                let (mut p, mut q) = (a, b);
+                let mut same = true;
+                while same && TYPEOF(p) == SEXPTYPE::LISTSXP && TYPEOF(q) == SEXPTYPE::LISTSXP {
+                    same = same_strings(CAR(p), CAR(q), depth + 1) && same_strings(ATTRIB(p), ATTRIB(q), depth + 1);
+                    (p, q) = (CDR(p), CDR(q));
+                }
+                same && p == q
+            }
+            _ => true,
+        };
+        same_here && same_strings(ATTRIB(a), ATTRIB(b), depth + 1)
     }
 }
 
