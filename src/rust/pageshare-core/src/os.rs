@@ -415,13 +415,19 @@ mod tests {
         assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
     }
 
-    #[test]
-    fn pagemap_sees_copy_on_write_pages() {
+    /// A private (copy-on-write) mapping of a new file of `len` bytes of 1.
+    fn private_file_map(len: usize) -> (tempfile::TempDir, memmap2::MmapMut) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        std::fs::write(&path, vec![1u8; 1 << 16]).unwrap();
+        std::fs::write(&path, vec![1u8; len]).unwrap();
         let file = File::open(&path).unwrap();
-        let mut m = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap();
+        let m = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap();
+        (dir, m)
+    }
+
+    #[test]
+    fn pagemap_sees_copy_on_write_pages() {
+        let (_dir, mut m) = private_file_map(1 << 16);
         let _ = m.iter().map(|&b| b as u64).sum::<u64>(); // read every page
         assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(false));
         m[5000] = 2;
@@ -442,11 +448,7 @@ mod tests {
 
     #[test]
     fn untouched_pages_of_a_private_mapping_are_not_private() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, vec![1u8; 1 << 20]).unwrap();
-        let file = File::open(&path).unwrap();
-        let m = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap();
+        let (_dir, m) = private_file_map(1 << 20);
         assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(false)); // nothing mapped yet
         let _ = m[700_000];
         assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(false)); // read: a file page
