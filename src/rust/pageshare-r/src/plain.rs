@@ -113,10 +113,47 @@ impl Plain {
     }
 }
 
-/// Data address -> the boxed Plain (as addresses).
-static LIVE: Lazy<Mutex<HashMap<usize, usize>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// The Plains whose blocks R has not freed (boxes as addresses): by data
+/// address (to recognise a vector), and by slice (to find one to hand out
+/// again without a scan of all: a process may hold thousands).
+#[derive(Default)]
+struct Live {
+    by_data: HashMap<usize, usize>,
+    by_slice: HashMap<SliceKey, Vec<usize>>,
+}
 
-fn live() -> std::sync::MutexGuard<'static, HashMap<usize, usize>> {
+/// (segment mapping address, kind, offset, length): the Plain's Arc keeps the
+/// segment, so its address names it for as long as the entry exists.
+type SliceKey = (usize, u32, u64, u64);
+
+fn slice_key(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64) -> SliceKey {
+    (Arc::as_ptr(seg) as usize, kind as u32, offset, len)
+}
+
+impl Live {
+    fn insert(&mut self, data_addr: usize, boxed: *mut Plain) {
+        // SAFETY: a Box just made by plain_vector.
+        let p = unsafe { &*boxed };
+        self.by_data.insert(data_addr, boxed as usize);
+        self.by_slice.entry(slice_key(&p.seg, p.kind, p.offset, p.len)).or_default().push(boxed as usize);
+    }
+    fn remove(&mut self, boxed: *mut Plain) {
+        // SAFETY: a Box in LIVE, not yet dropped.
+        let p = unsafe { &*boxed };
+        self.by_data.remove(&(p.map.data() as usize));
+        let key = slice_key(&p.seg, p.kind, p.offset, p.len);
+        if let Some(v) = self.by_slice.get_mut(&key) {
+            v.retain(|&b| b != boxed as usize);
+            if v.is_empty() {
+                self.by_slice.remove(&key);
+            }
+        }
+    }
+}
+
+static LIVE: Lazy<Mutex<Live>> = Lazy::new(|| Mutex::new(Live::default()));
+
+fn live() -> std::sync::MutexGuard<'static, Live> {
     LIVE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -142,7 +179,7 @@ unsafe extern "C" fn free_block(a: *mut RAllocator, _block: *mut c_void) {
     // need before the block (and `a` with it) is unmapped by dropping the Box.
     unsafe {
         let boxed = (*a).data as *mut Plain;
-        live().remove(&((*boxed).map.data() as usize));
+        live().remove(boxed);
         drop(Box::from_raw(boxed));
     }
 }
@@ -173,7 +210,7 @@ pub unsafe fn plain_vector(seg: &Arc<Segment>, kind: Kind, offset: u64, len: u64
         res: std::ptr::null_mut(),
         data: boxed.cast(),
     };
-    live().insert(data_addr, boxed as usize);
+    live().insert(data_addr, boxed);
     // SAFETY: R copies the allocator into the block and calls alloc_block once.
     let x = unsafe { Rf_allocVector3(sexptype(kind), ALLOC_LEN, &mut allocator) };
     // SAFETY: x is the new vector, its block holds `len` elements of data; from
@@ -206,12 +243,14 @@ pub unsafe fn same_vector(
     levs: std::os::raw::c_int,
 ) -> Option<SEXP> {
     let candidates: Vec<usize> = live()
-        .values()
+        .by_slice
+        .get(&slice_key(seg, kind, offset, len))
+        .into_iter()
+        .flatten()
         .filter_map(|&b| {
             // SAFETY: LIVE holds Boxes of blocks R has not freed.
             let p = unsafe { &*(b as *const Plain) };
-            (p.sexp != 0 && Arc::ptr_eq(&p.seg, seg) && p.kind == kind && p.offset == offset && p.len == len)
-                .then_some(p.sexp)
+            (p.sexp != 0).then_some(p.sexp)
         })
         .take(MAX_CANDIDATES)
         .collect();
@@ -299,7 +338,7 @@ pub unsafe fn lookup<'a>(x: SEXP) -> Option<&'a Plain> {
             return None;
         }
         let addr = DATAPTR_RO(x) as usize;
-        let p = *live().get(&addr)?;
+        let p = *live().by_data.get(&addr)?;
         Some(&*(p as *const Plain))
     }
 }
