@@ -156,9 +156,8 @@ character_bytes <- function(x, threshold = share_threshold()) {
 # state$failed (nothing more is shared from then on).
 swap_in_views <- function(x, threshold, state, depth = 0L) {
   if (is_shared(x)) {
-    # A view stays itself; a vector a worker received (an ordinary vector over
-    # the segment's pages, which would serialize as data) becomes a view of the
-    # same segment (or, if written in place since, a new copy).
+    # A view stays itself (a received one too); if it was written in place
+    # since, share() gives a new copy.
     v <- tryCatch(share(x), pageshare_error = function(e) x)
     state$views[[length(state$views) + 1L]] <- v
     return(v)

@@ -237,3 +237,26 @@ test_that("reading elements of raw and complex views makes no private mapping", 
   expect_true(is_shared(r[1:5000]))
   expect_true(is_shared(z[1:5000]))
 })
+
+test_that("a source written in place after share() is shared again as what it holds", {
+  # The cache checks the source's data, not only its address: C code that
+  # ignores R's copy rule (data.table's set()) must not get the stale view.
+  skip_if_not_installed("data.table")
+  forget_shared()
+  for (n in c(1e4, 5e6)) {                      # in R's heap; a block of its own (pages handed over)
+    x <- seq_len(n) + 0                         # an ordinary vector (not a compact sequence)
+    v <- share(x)
+    expect_identical(shared_info(share(x))$name, shared_info(v)$name)   # share once
+    dt <- data.table::setDT(list(a = x))
+    data.table::set(dt, 2L, "a", -1)            # writes into x's own memory
+    expect_identical(x[2], -1)
+    w <- share(x)
+    expect_false(identical(shared_info(w)$name, shared_info(v)$name))
+    expect_identical(w[2], -1)
+    expect_identical(v[2], 2)                   # the first view never changed
+    data.table::setattr(x, "tag", "new")        # attributes changed in place
+    expect_identical(attr(share(x), "tag"), "new")
+    rm(x, v, w, dt)
+  }
+  forget_shared(); invisible(gc())
+})

@@ -225,6 +225,20 @@ pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
 /// of this process that are anonymous or map a file whose path `file_ok`
 /// accepts (as /proc/self/maps prints it, e.g. with " (deleted)")?
 pub fn private_memory_covers(start: usize, end: usize, file_ok: impl Fn(&str) -> bool) -> bool {
+    private_mappings_cover(start, end, |path| path.is_none() || path.is_some_and(&file_ok))
+}
+
+/// Is [start, end) covered, without gaps, by private writable mappings (rw-p)
+/// of the file at `path` (also once it was unlinked)? Pages of such a mapping
+/// that were written are private copies: [`has_private_pages`] tells.
+pub fn private_file_mapping_covers(start: usize, end: usize, path: &str) -> bool {
+    private_mappings_cover(start, end, |p| p.is_some_and(|p| p == path || p.strip_suffix(" (deleted)") == Some(path)))
+}
+
+/// Is [start, end) covered, without gaps, by rw-p mappings each of which
+/// `ok` accepts: `None` for anonymous memory, else the mapped file's path as
+/// /proc/self/maps prints it?
+fn private_mappings_cover(start: usize, end: usize, ok: impl Fn(Option<&str>) -> bool) -> bool {
     // (bytes, not a String: a mapped file's name need not be UTF-8)
     let Ok(raw) = std::fs::read("/proc/self/maps") else { return false };
     let maps = String::from_utf8_lossy(&raw);
@@ -241,8 +255,8 @@ pub fn private_memory_covers(start: usize, end: usize, file_ok: impl Fn(&str) ->
         if b <= start || a >= end {
             continue;
         }
-        let anonymous = inode == "0" && path.is_empty();
-        areas.push((a, b, perms == "rw-p" && (anonymous || (!path.is_empty() && file_ok(path)))));
+        let mapped = if inode == "0" && path.is_empty() { None } else { Some(path) };
+        areas.push((a, b, perms == "rw-p" && (mapped != Some("") && ok(mapped))));
     }
     areas.sort();
     let mut covered = start;

@@ -9,8 +9,9 @@
 //! - `Duplicate`: a plain copy (counted); R copies the attributes.
 //! - `Serialized_state`: a handle inside `with_handles()`, otherwise `NULL`, which
 //!   makes R serialize the plain data (so `saveRDS()` files never depend on a segment).
-//! - `UnserializeEX`: maps the segment named by the handle in this process (or
-//!   hands out again the vector this process already has over it, plain.rs).
+//! - `Unserialize`: maps the segment named by the handle in this process (one
+//!   mapping per segment, shared by all its views here) and returns a view; R
+//!   then gives it the attributes, object bit and levels it read.
 
 use crate::boundary::guard;
 use crate::rapi::*;
@@ -70,14 +71,14 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
         let view = this(x);
         let d2 = R_altrep_data2(x);
         if d2 != nil() {
-            return DATAPTR(d2);
+            return data_mut(d2);
         }
         if view.kind == Kind::Character {
             // R wants an array of R strings: only a full copy can give it.
             let copy = Rf_protect(plain_copy(x, view));
             R_set_altrep_data2(x, copy);
             Rf_unprotect(1);
-            return DATAPTR(copy);
+            return data_mut(copy);
         }
         if writeable == Rboolean::FALSE {
             return view.data_ptr() as *mut c_void;
@@ -89,8 +90,8 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
                 let copy = Rf_protect(plain_copy(x, view));
                 R_set_altrep_data2(x, copy);
                 Rf_unprotect(1);
-                view.read_at.set(DATAPTR(copy).cast::<u8>());
-                DATAPTR(copy)
+                view.read_at.set(data_mut(copy).cast::<u8>());
+                data_mut(copy)
             }
         }
     }
@@ -103,7 +104,7 @@ unsafe extern "C" fn dataptr_or_null(x: SEXP) -> *const c_void {
         if view.kind == Kind::Character {
             let d2 = R_altrep_data2(x);
             // NULL tells R to read element by element (no materialization).
-            return if d2 != nil() { DATAPTR(d2) as *const c_void } else { std::ptr::null() };
+            return if d2 != nil() { DATAPTR_RO(d2) } else { std::ptr::null() };
         }
         read_ptr(x, view).cast::<c_void>()
     }
@@ -199,10 +200,9 @@ unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
     }
 }
 
-/// R's unserialize() of a handle, with the attributes, object bit and levels
-/// R read after it (the "EX" method, so that an existing vector can be handed
-/// out again unchanged instead of getting them overwritten).
-unsafe extern "C" fn unserialize_ex(_class: SEXP, state: SEXP, attr: SEXP, objf: c_int, levs: c_int) -> SEXP {
+/// R's unserialize() of a handle: a view of the segment the handle names. R
+/// sets the attributes, object bit and levels it read after it.
+unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
     guard(|| {
         // SAFETY: state is the raw vector written by serialized_state (checked below).
         let bytes = unsafe {
@@ -219,25 +219,8 @@ unsafe extern "C" fn unserialize_ex(_class: SEXP, state: SEXP, attr: SEXP, objf:
         if hdr.kind != h.kind || h.offset.checked_add(h.length).is_none_or(|end| end > hdr.length) {
             return Err(format!("the handle of segment '{}' does not match its contents", h.name));
         }
-        // SAFETY: the slice was checked to lie inside the segment; attr is the
-        // pairlist (or NULL) R read for this item. A process that receives a
-        // numeric segment gets an ordinary vector over its pages (plain.rs:
-        // full speed in R's element-wise paths), the same one again if it
-        // still has it, else a view.
-        Ok(unsafe {
-            if let Some(x) = crate::plain::same_vector(&seg, h.kind, h.offset, h.length, attr, objf, levs) {
-                return Ok(x);
-            }
-            let x = Rf_protect(
-                crate::plain::plain_vector(&seg, h.kind, h.offset, h.length)
-                    .unwrap_or_else(|| make_view(seg, h.kind, h.offset, h.length)),
-            );
-            SET_ATTRIB(x, attr);
-            SET_OBJECT(x, objf);
-            SETLEVELS(x, levs);
-            Rf_unprotect(1);
-            x
-        })
+        // SAFETY: the slice was checked to lie inside the segment.
+        Ok(unsafe { make_view(seg, h.kind, h.offset, h.length) })
     })
 }
 
@@ -316,7 +299,7 @@ pub unsafe fn register(dll: *mut DllInfo) {
             R_set_altrep_Length_method(cls, Some(length));
             R_set_altrep_Duplicate_method(cls, Some(duplicate));
             R_set_altrep_Serialized_state_method(cls, Some(serialized_state));
-            R_set_altrep_UnserializeEX_method(cls, Some(unserialize_ex));
+            R_set_altrep_Unserialize_method(cls, Some(unserialize));
             R_set_altrep_Inspect_method(cls, Some(inspect));
             R_set_altvec_Dataptr_method(cls, Some(dataptr));
             R_set_altvec_Dataptr_or_null_method(cls, Some(dataptr_or_null));

@@ -3,35 +3,49 @@
 //! R offers no finalizer or weak reference on a vector, and its reference counts
 //! are not decremented when a container is garbage-collected (a future's globals,
 //! a captured function frame), so neither can tell when a source dies. The cache
-//! therefore does not hold the source at all:
+//! therefore does not hold the source at all, and never trusts an address alone:
 //!
-//! - Identity: sharing writes a fresh token into the source's TRUELENGTH (unused
-//!   for ordinary, non-growable vectors; R sets it to 0 in every new vector) and
-//!   marks it not mutable, so it can never change in place. A later `share(y)`
-//!   finds the entry by `y`'s address and accepts it only if `y` carries the same
-//!   token: `y` is live (R passed it), so this never reads freed memory, and an
-//!   object that merely reuses a dead source's address has token 0.
+//! - Lookup: an entry is found by the source's address and accepted only if the
+//!   object there now (live: R passed it) has the recorded type, length, data
+//!   address and attributes, and the view's data: an object that merely reuses
+//!   a dead source's address gets a new segment unless it holds the very same
+//!   values, in which case the view is a correct answer anyway. Comparing the
+//!   data costs a read of both copies, except for a source whose pages were
+//!   handed over to the segment (source_pages.rs): while that mapping is still
+//!   in place and none of its pages was written, the source *is* the segment's
+//!   pages, and only the few bytes outside it are compared. Sharing marks the
+//!   source not mutable, so R duplicates it before any write.
 //! - Eviction: an entry whose source memory can no longer be read (large vectors
-//!   are returned to the OS when freed) or no longer carries the token is
-//!   dropped before every share and after every garbage collection. Sources whose
-//!   death cannot be seen that way (small vectors in R's or malloc's heap) are
-//!   dropped least-recently-used first once the cached views exceed
+//!   are returned to the OS when freed), or whose handed-over mapping is gone,
+//!   is dropped before every share and after every garbage collection. Sources
+//!   whose death cannot be seen that way (small vectors in R's or malloc's heap)
+//!   are dropped least-recently-used first once the cached views exceed
 //!   `pageshare.cache_limit` bytes. Dropping an entry releases the cache's hold on
 //!   the view; the segment goes when the last view does.
 //!
+//! Only R's API is used: no word of the source's header is written or read.
 //! No lock is held while R is called.
 
 use crate::rapi::*;
+use crate::view::view_of;
 use once_cell::sync::Lazy;
+use pageshare_core::segment::Handover;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 #[derive(Clone, Copy)]
 struct Entry {
-    token: R_xlen_t,
     /// The view, preserved (R_PreserveObject) while the entry exists.
     view: usize,
+    /// The source's attributes as a pairlist (or R_NilValue), preserved too.
+    attrs: usize,
+    sexptype: u32,
+    len: R_xlen_t,
+    /// The source's data address (0 for an empty vector).
+    data: usize,
+    /// Pages of the source that were handed over to the view's segment.
+    handed: Option<Handover>,
     bytes: u64,
     used: u64,
 }
@@ -39,9 +53,6 @@ struct Entry {
 /// Source address -> entry.
 static ENTRIES: Lazy<Mutex<HashMap<usize, Entry>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 static CLOCK: AtomicU64 = AtomicU64::new(1);
-/// Byte offset of TRUELENGTH in a vector's header, found at load (None: unknown,
-/// then only unmapping tells a source's death).
-static TRUELENGTH_OFFSET: Lazy<Mutex<Option<usize>>> = Lazy::new(|| Mutex::new(None));
 
 fn entries() -> std::sync::MutexGuard<'static, HashMap<usize, Entry>> {
     ENTRIES.lock().unwrap_or_else(|p| p.into_inner())
@@ -51,106 +62,135 @@ fn tick() -> u64 {
     CLOCK.fetch_add(1, Ordering::Relaxed)
 }
 
-const TOKEN_TAG: u64 = 0x5053_0000_0000_0000;
-const TOKEN_TAG_MASK: u64 = 0xffff_0000_0000_0000;
+/// identical()'s flags with every option strict: numbers compared bitwise,
+/// NAs distinguished, attributes in order, byte code, environments and srcrefs
+/// not ignored, external pointers compared as objects.
+const IDENTICAL_STRICT: std::os::raw::c_int = 1 | 2 | 4 | 8 | 16 | 32 | 64;
 
-/// Tokens are large and distinct from any capacity R would store in TRUELENGTH.
-fn fresh_token() -> R_xlen_t {
-    (TOKEN_TAG | (tick() & !TOKEN_TAG_MASK)) as R_xlen_t
-}
-
-/// Is this TRUELENGTH a token of ours (left behind by an entry that was dropped,
-/// e.g. by `forget_shared()`), rather than a capacity R keeps there?
-fn is_token(tl: R_xlen_t) -> bool {
-    tl as u64 & TOKEN_TAG_MASK == TOKEN_TAG
-}
-
-/// Find where TRUELENGTH lives in a vector header (called once at load).
+/// The view already made for `x`, if `x` was shared before and still holds
+/// exactly the view's attributes (`attrs`, as `ps_share` received them) and data.
 ///
 /// # Safety
-/// Main R thread, from the package's init routine.
-pub unsafe fn init() {
-    // SAFETY: a fresh, protected vector; we only read its own header bytes.
-    unsafe {
-        let v = Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, 1));
-        let marker: R_xlen_t = 0x1234_5678_9abc_def0;
-        SET_TRUELENGTH(v, marker);
-        let base = v as usize;
-        let data = DATAPTR(v) as usize;
-        let mut found = None;
-        let mut off = 8;
-        while base + off + 8 <= data {
-            if std::ptr::read_unaligned((base + off) as *const R_xlen_t) == marker {
-                found = Some(off);
-                break;
-            }
-            off += 8;
-        }
-        SET_TRUELENGTH(v, 0);
-        Rf_unprotect(1);
-        *TRUELENGTH_OFFSET.lock().unwrap_or_else(|p| p.into_inner()) = found;
-    }
-}
-
-/// The view already made for `x`, if `x` was shared before.
-///
-/// # Safety
-/// Main R thread; `x` a valid SEXP.
-pub unsafe fn lookup(x: SEXP) -> Option<SEXP> {
-    // SAFETY: x is live; ALTREP objects have no TRUELENGTH to read.
+/// Main R thread; `x` a valid SEXP; `attrs` a pairlist or R_NilValue.
+pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Option<SEXP> {
+    // SAFETY: x is live; only R's API reads it.
     unsafe {
         if ALTREP(x) != 0 {
             return None;
         }
-        let tl = TRUELENGTH(x);
-        let mut map = entries();
-        let e = map.get_mut(&(x as usize))?;
-        if e.token != tl {
+        let e = *entries().get(&(x as usize))?;
+        let data = if XLENGTH(x) > 0 { DATAPTR_RO(x) as usize } else { 0 };
+        if TYPEOF(x) as u32 != e.sexptype || XLENGTH(x) != e.len || data != e.data {
             return None;
         }
-        e.used = tick();
+        if R_compute_identical(attrs, e.attrs as SEXP, IDENTICAL_STRICT) == Rboolean::FALSE {
+            return None;
+        }
+        if !holds_view_data(x, &e) {
+            return None;
+        }
+        if let Some(e) = entries().get_mut(&(x as usize)) {
+            e.used = tick();
+        }
         Some(e.view as SEXP)
     }
 }
 
-/// Remember that `view` is the shared copy of `x`. ALTREP sources (compact
-/// sequences, other packages' classes) are not cached.
+/// Does `x` hold exactly the data of the entry's view?
 ///
 /// # Safety
-/// Main R thread; `x` and `view` valid and protected by the caller.
-pub unsafe fn insert(x: SEXP, view: SEXP, bytes: u64) {
-    // SAFETY: x is an ordinary live vector; SET_TRUELENGTH writes its own header.
+/// Main R thread; `x` live, of the entry's type, length and data address.
+unsafe fn holds_view_data(x: SEXP, e: &Entry) -> bool {
+    // SAFETY: the view is preserved by the entry; x's data cover v.bytes().
     unsafe {
-        // TRUELENGTH is ours only while R leaves it at 0 (or at an old token of
-        // ours: a source shared again after its entry was dropped): a growable
-        // vector (`x[n + 1] <- v`) keeps its capacity there, and R reads it when
-        // the vector is freed. Such a source is not cached.
-        let tl = TRUELENGTH(x);
-        if ALTREP(x) != 0 || (tl != 0 && !is_token(tl)) {
-            return;
+        let view = e.view as SEXP;
+        let Some(v) = view_of(view) else { return false };
+        if R_altrep_data2(view) != nil() || v.is_modified() {
+            return false; // the view no longer reads its segment
         }
-        let token = fresh_token();
-        SET_TRUELENGTH(x, token);
-        // It must never change in place now: R duplicates it before any write.
-        MARK_NOT_MUTABLE(x);
-        R_PreserveObject(view);
-        let old = entries().insert(x as usize, Entry { token, view: view as usize, bytes, used: tick() });
-        if let Some(old) = old {
-            R_ReleaseObject(old.view as SEXP);
+        if TYPEOF(x) == SEXPTYPE::STRSXP {
+            return R_compute_identical(x, view, IDENTICAL_STRICT) != Rboolean::FALSE;
+        }
+        let n = v.bytes();
+        let start = (v.offset * v.kind.elem_size()) as usize;
+        let shared = &v.seg.data()[start..start + n];
+        let mine = if n > 0 { std::slice::from_raw_parts(e.data as *const u8, n) } else { &[][..] };
+        match e.handed {
+            Some(h) if handover_intact(h, &v.seg) => {
+                let (lo, hi) = (h.lo - e.data, h.hi - e.data);
+                mine[..lo] == shared[..lo] && mine[hi..] == shared[hi..]
+            }
+            _ => mine == shared,
         }
     }
 }
 
-/// Is the source at `addr` (which carried `token`) still there? The word is
-/// read with a call that cannot fault: the memory may have been freed and
-/// unmapped, or reused with other protections. A stale token in freed memory
-/// only makes us keep an entry (bounded by the cache cap).
-fn source_alive(addr: usize, token: R_xlen_t) -> bool {
-    let off = *TRUELENGTH_OFFSET.lock().unwrap_or_else(|p| p.into_inner());
-    match off {
-        Some(off) => pageshare_core::os::read_word(addr + off) == Some(token as i64),
-        // Without the offset, only unreadable memory tells a death.
-        None => pageshare_core::os::read_word(addr).is_some(),
+/// Are the handed-over pages still a mapping of the segment's file, none of
+/// them written? (If the source was freed, its block and this mapping with it
+/// went back to the system; an object allocated at the same place since has
+/// memory of its own.)
+fn handover_intact(h: Handover, seg: &pageshare_core::segment::Segment) -> bool {
+    let path = seg.dir().join(seg.name());
+    pageshare_core::os::private_file_mapping_covers(h.lo, h.hi, &path.to_string_lossy())
+        && pageshare_core::os::has_private_pages(h.lo as *const u8, h.hi - h.lo) == Some(false)
+}
+
+/// Remember that `view` is the shared copy of `x` (with attributes `attrs`),
+/// whose pages `handed` were handed over to the view's segment. ALTREP sources
+/// (compact sequences, other packages' classes) are not cached.
+///
+/// # Safety
+/// Main R thread; `x`, `attrs` and `view` valid and protected by the caller.
+pub unsafe fn insert(x: SEXP, attrs: SEXP, view: SEXP, bytes: u64, handed: Option<Handover>) {
+    // SAFETY: x is an ordinary live vector, read through R's API.
+    unsafe {
+        if ALTREP(x) != 0 {
+            return;
+        }
+        // It must never change in place now: R duplicates it before any write.
+        MARK_NOT_MUTABLE(x);
+        R_PreserveObject(view);
+        R_PreserveObject(attrs);
+        let data = if XLENGTH(x) > 0 { DATAPTR_RO(x) as usize } else { 0 };
+        let e = Entry {
+            view: view as usize,
+            attrs: attrs as usize,
+            sexptype: TYPEOF(x) as u32,
+            len: XLENGTH(x),
+            data,
+            handed,
+            bytes,
+            used: tick(),
+        };
+        if let Some(old) = entries().insert(x as usize, e) {
+            release(&old);
+        }
+    }
+}
+
+/// Give up the entry's holds on R objects.
+///
+/// # Safety
+/// Main R thread; `e` was made by `insert` and is released once.
+unsafe fn release(e: &Entry) {
+    // SAFETY: both were preserved once by `insert`.
+    unsafe {
+        R_ReleaseObject(e.view as SEXP);
+        R_ReleaseObject(e.attrs as SEXP);
+    }
+}
+
+/// Is the source at `addr` still there, as far as can be seen without reading
+/// freed memory? The word is read with a call that cannot fault: the memory
+/// may have been freed and unmapped, or reused with other protections.
+fn source_alive(addr: usize, e: &Entry) -> bool {
+    if pageshare_core::os::read_word(addr).is_none() {
+        return false;
+    }
+    match e.handed {
+        // SAFETY: the view is preserved by the entry.
+        Some(h) => unsafe { view_of(e.view as SEXP) }.is_some_and(|v| handover_intact(h, &v.seg)),
+        None => true,
     }
 }
 
@@ -167,13 +207,13 @@ pub unsafe fn evict_unused(limit: u64) -> usize {
     let mut total: u64 = all.iter().map(|(_, e)| e.bytes).sum();
     let mut dropped = 0;
     for (addr, e) in all {
-        let gone = !source_alive(addr, e.token);
+        let gone = !source_alive(addr, &e);
         let over_cap = total > limit && Some(addr) != newest;
         if gone || over_cap {
             entries().remove(&addr);
             total -= e.bytes;
-            // SAFETY: preserved once by `insert`, released once here.
-            unsafe { R_ReleaseObject(e.view as SEXP) };
+            // SAFETY: made by `insert`, released once here.
+            unsafe { release(&e) };
             dropped += 1;
         }
     }
@@ -187,8 +227,8 @@ pub unsafe fn evict_unused(limit: u64) -> usize {
 pub unsafe fn clear() -> usize {
     let all: Vec<Entry> = entries().drain().map(|(_, v)| v).collect();
     for e in &all {
-        // SAFETY: each view was preserved once by `insert`.
-        unsafe { R_ReleaseObject(e.view as SEXP) };
+        // SAFETY: each entry was made by `insert` and is released once here.
+        unsafe { release(e) };
     }
     all.len()
 }
@@ -199,5 +239,6 @@ pub fn len() -> usize {
 
 /// (address, bytes, source still seen alive) of every entry, for diagnostics.
 pub fn describe() -> Vec<(usize, u64, bool)> {
-    entries().iter().map(|(a, e)| (*a, e.bytes, source_alive(*a, e.token))).collect()
+    let all: Vec<(usize, Entry)> = entries().iter().map(|(a, e)| (*a, *e)).collect();
+    all.iter().map(|(a, e)| (*a, e.bytes, source_alive(*a, e))).collect()
 }

@@ -7,7 +7,6 @@
 pub mod altrep;
 pub mod boundary;
 pub mod cache;
-pub mod plain;
 pub mod r_api;
 pub mod rapi;
 pub mod source_pages;
@@ -71,7 +70,6 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         R_registerRoutines(dll, std::ptr::null(), table.as_ptr(), std::ptr::null(), std::ptr::null());
         R_useDynamicSymbols(dll, Rboolean::FALSE);
         altrep::register(dll);
-        cache::init();
         libc::atexit(unlink_at_exit);
     }
     let _: c_int = 0;

@@ -4,12 +4,11 @@
 
 use crate::boundary::{guard, msg};
 use crate::cache;
-use crate::plain;
 use crate::rapi::*;
 use crate::source_pages;
 use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};
 use pageshare_core::header::Kind;
-use pageshare_core::segment::Contents;
+use pageshare_core::segment::{Contents, Handover};
 use pageshare_core::strings::{self, Encoding};
 use pageshare_core::{naming, registry, segment, sweep};
 use std::ffi::CStr;
@@ -81,26 +80,6 @@ unsafe fn named_list(items: &[(&str, SEXP)]) -> SEXP {
     }
 }
 
-/// Set attributes on a fresh view (before anyone else holds it): a pairlist as made
-/// by `as.pairlist(attributes(x))` in R.
-unsafe fn adopt_attributes(view: SEXP, attrs: SEXP) {
-    // SAFETY: the view is fresh and unreferenced; the pairlist was built by R from a
-    // valid object, so it is consistent with the view's length.
-    unsafe {
-        if attrs == nil() {
-            return;
-        }
-        SET_ATTRIB(view, attrs);
-        let mut p = attrs;
-        while p != nil() {
-            if TAG(p) == R_ClassSymbol {
-                SET_OBJECT(view, 1);
-            }
-            p = CDR(p);
-        }
-    }
-}
-
 /// The strings of a character vector as (bytes, encoding) items, None for NA.
 unsafe fn string_items(x: SEXP) -> Vec<Option<(&'static [u8], Encoding)>> {
     // SAFETY: CHARSXPs live in R's global cache at least as long as `x`, which the
@@ -130,10 +109,11 @@ unsafe fn copy_into_segment(
     attr_blob: &[u8],
     hold: bool,
     release_source: bool,
-) -> Result<SEXP, String> {
+) -> Result<(SEXP, Option<Handover>), String> {
     // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
     unsafe {
         let kind = kind_of(x)?;
+        let mut handed = None;
         let seg = if kind == Kind::Character {
             let items = string_items(x);
             let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
@@ -150,15 +130,19 @@ unsafe fn copy_into_segment(
             let handover = if release_source && ALTREP(x) == 0 { source_pages::handover(x, bytes, dir) } else { None };
             // SAFETY: handed-over pages are x's own (checked by handover()); R is
             // single-threaded, so nothing writes them during the copy.
-            registry::create_copy(dir, name, contents, data, phase, handover).map_err(msg)?.0
+            let (seg, n) = registry::create_copy(dir, name, contents, data, phase, handover).map_err(msg)?;
+            handed = handover.filter(|_| n > 0).map(|h| Handover { lo: h.lo, hi: h.lo + n });
+            seg
         };
         if hold {
             registry::hold(seg.clone());
         }
         let len = seg.header().length;
-        Ok(make_view(seg, kind, 0, len))
+        Ok((make_view(seg, kind, 0, len), handed))
     }
 }
+
+const ATTRIBUTES_FAILED: &str = "the attributes of the object could not be given to its shared view (see the error above)";
 
 // ---- entry points ---------------------------------------------------------------
 
@@ -169,27 +153,23 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, r
         if view_of(x).is_some() {
             return Ok(x);
         }
-        if let Some(v) = cache::lookup(x) {
+        if let Some(v) = cache::lookup(x, attrs) {
             return Ok(v);
-        }
-        if let Some(p) = plain::lookup(x).filter(|p| !p.is_modified()) {
-            // Received from another process: a view of the same segment, no copy.
-            // (Written in place since, it is copied like any vector below.)
-            let view = Rf_protect(make_view(p.seg.clone(), p.kind, p.offset, p.len));
-            adopt_attributes(view, attrs);
-            Rf_unprotect(1);
-            return Ok(view);
         }
         let limit = Rf_asReal(cache_limit);
         let limit = if limit.is_finite() && limit >= 0.0 { limit as u64 } else { u64::MAX };
         let dir = dir_arg(dir)?;
         let name = naming::anonymous().map_err(msg)?;
         let release = Rf_asInteger(release_source) == 1;
-        let view = Rf_protect(copy_into_segment(x, &dir, &name, &[], false, release)?);
-        adopt_attributes(view, attrs);
+        let (view, handed) = copy_into_segment(x, &dir, &name, &[], false, release)?;
+        let view = Rf_protect(view);
+        if !set_attributes(view, attrs) {
+            Rf_unprotect(1);
+            return Err(ATTRIBUTES_FAILED.into());
+        }
         // Marks x not mutable: an in-place write would make it differ from its
         // view, so R duplicates it first (see cache.rs).
-        cache::insert(x, view, view_of(view).map_or(0, |v| v.bytes() as u64));
+        cache::insert(x, attrs, view, view_of(view).map_or(0, |v| v.bytes() as u64), handed);
         cache::evict_unused(limit);
         Rf_unprotect(1);
         Ok(view)
@@ -211,7 +191,7 @@ pub extern "C" fn ps_worth_walking(x: SEXP, threshold: SEXP) -> SEXP {
 unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
     // SAFETY: x is a valid SEXP; only lengths and list elements are read.
     unsafe {
-        if view_of(x).is_some() || plain::lookup(x).is_some() {
+        if view_of(x).is_some() {
             return true;
         }
         let n = vector_length(x);
@@ -250,16 +230,16 @@ unsafe fn vector_length(x: SEXP) -> R_xlen_t {
 
 #[no_mangle]
 pub extern "C" fn ps_is_view(x: SEXP) -> SEXP {
-    guard(|| unsafe { Ok(Rf_ScalarLogical((view_of(x).is_some() || plain::lookup(x).is_some()) as i32)) })
+    guard(|| unsafe { Ok(Rf_ScalarLogical(view_of(x).is_some() as i32)) })
 }
 
-/// The segment behind a view or a plain shared vector.
+/// The segment behind a view.
 unsafe fn segment_of(x: SEXP) -> Option<std::sync::Arc<pageshare_core::segment::Segment>> {
     // SAFETY: forwarded.
-    unsafe { view_of(x).map(|v| v.seg.clone()).or_else(|| plain::lookup(x).map(|p| p.seg.clone())) }
+    unsafe { view_of(x).map(|v| v.seg.clone()) }
 }
 
-/// What shared_info() reports, for a view or a received plain vector.
+/// What shared_info() reports for a view.
 struct Info<'a> {
     seg: &'a pageshare_core::segment::Segment,
     kind: Kind,
@@ -274,17 +254,7 @@ struct Info<'a> {
 #[no_mangle]
 pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
     guard(|| unsafe {
-        let info = if let Some(p) = plain::lookup(x) {
-            Info {
-                seg: &p.seg,
-                kind: p.kind,
-                bytes: p.bytes(),
-                offset: p.offset,
-                len: p.len,
-                materializations: 0,
-                private_copy: p.is_modified(),
-            }
-        } else if let Some(v) = view_of(x) {
+        let info = if let Some(v) = view_of(x) {
             Info {
                 seg: &v.seg,
                 kind: v.kind,
@@ -410,11 +380,11 @@ pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: S
         };
         let release = Rf_asInteger(release_source) == 1;
         let view = Rf_protect(
-            copy_into_segment(x, &dir, &name, blob, true, release).map_err(|e| format!("variable '{var}': {e}"))?,
+            copy_into_segment(x, &dir, &name, blob, true, release).map_err(|e| format!("variable '{var}': {e}"))?.0,
         );
-        adopt_attributes(view, attrs);
+        let set = set_attributes(view, attrs);
         Rf_unprotect(1);
-        Ok(view)
+        if set { Ok(view) } else { Err(ATTRIBUTES_FAILED.into()) }
     })
 }
 
@@ -447,8 +417,7 @@ pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
         if view_of(view).is_none() {
             return Err("internal: ps_set_attributes needs a view".into());
         }
-        adopt_attributes(view, attrs);
-        Ok(view)
+        if set_attributes(view, attrs) { Ok(view) } else { Err(ATTRIBUTES_FAILED.into()) }
     })
 }
 

@@ -1,5 +1,7 @@
 //! R's C API: extendr-ffi's bindings plus the few entry points it lacks.
-//! Every call into R goes through this module's names.
+//! Every call into R goes through this module's names, and only entry points
+//! that R documents as API (`tools:::funAPI()` on R >= 4.5) are used: R 4.6
+//! no longer exports some of the others, and `R CMD check` reports them.
 #![allow(non_snake_case)]
 
 pub use extendr_ffi::*;
@@ -13,11 +15,7 @@ extern "C" {
     pub fn Rf_asInteger(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_asReal(x: SEXP) -> f64;
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
-    pub fn TRUELENGTH(x: SEXP) -> R_xlen_t;
-    pub fn ATTRIB(x: SEXP) -> SEXP;
-    pub fn OBJECT(x: SEXP) -> std::os::raw::c_int;
-    pub fn LEVELS(x: SEXP) -> std::os::raw::c_int;
-    pub fn SET_TRUELENGTH(x: SEXP, v: R_xlen_t);
+    pub fn R_ToplevelExec(fun: Option<unsafe extern "C" fn(*mut std::os::raw::c_void)>, data: *mut std::os::raw::c_void) -> Rboolean;
     pub fn R_set_altraw_Elt_method(cls: R_altrep_class_t, fun: R_altraw_Elt_method_t);
     pub fn R_set_altraw_Get_region_method(cls: R_altrep_class_t, fun: R_altraw_Get_region_method_t);
     pub fn R_set_altcomplex_Elt_method(cls: R_altrep_class_t, fun: R_altcomplex_Elt_method_t);
@@ -27,4 +25,54 @@ extern "C" {
 pub fn nil() -> SEXP {
     // SAFETY: R_NilValue is initialised before any package code runs.
     unsafe { R_NilValue }
+}
+
+/// A writeable pointer to the data of an ordinary (non-ALTREP) vector, through
+/// the typed accessors that are API (`DATAPTR` is not). Character vectors give
+/// their array of strings, which R only reads through this pointer.
+///
+/// # Safety
+/// Main R thread; `x` a valid vector of an atomic type or a character vector.
+pub unsafe fn data_mut(x: SEXP) -> *mut std::os::raw::c_void {
+    // SAFETY: each accessor matches the vector's type.
+    unsafe {
+        match TYPEOF(x) {
+            SEXPTYPE::REALSXP => REAL(x).cast(),
+            SEXPTYPE::INTSXP => INTEGER(x).cast(),
+            SEXPTYPE::LGLSXP => LOGICAL(x).cast(),
+            SEXPTYPE::CPLXSXP => COMPLEX(x).cast(),
+            SEXPTYPE::RAWSXP => RAW(x).cast(),
+            SEXPTYPE::STRSXP => STRING_PTR_RO(x).cast_mut().cast(),
+            _ => DATAPTR_RO(x).cast_mut(),
+        }
+    }
+}
+
+/// Set the attributes of a fresh object (one nobody else holds yet) from a
+/// pairlist, one by one through `Rf_setAttrib()` (R sets the object bit for a
+/// class and checks `dim`, `names` and `dimnames` against the length). Runs
+/// under `R_ToplevelExec`, so an R error in there (R prints it) comes back as
+/// `false` and never jumps over Rust frames.
+///
+/// # Safety
+/// Main R thread; `x` fresh and protected; `attrs` a pairlist or R_NilValue.
+pub unsafe fn set_attributes(x: SEXP, attrs: SEXP) -> bool {
+    unsafe extern "C" fn set_all(data: *mut std::os::raw::c_void) {
+        // SAFETY: `data` points at the two SEXPs below, alive for this call;
+        // walking a valid pairlist, each value stays reachable from it.
+        unsafe {
+            let [x, attrs] = *data.cast::<[SEXP; 2]>();
+            let mut p = attrs;
+            while TYPEOF(p) == SEXPTYPE::LISTSXP {
+                Rf_setAttrib(x, TAG(p), CAR(p));
+                p = CDR(p);
+            }
+        }
+    }
+    if attrs == nil() {
+        return true;
+    }
+    let mut both = [x, attrs];
+    // SAFETY: R_ToplevelExec calls set_all once with our pointer.
+    unsafe { R_ToplevelExec(Some(set_all), (&mut both as *mut [SEXP; 2]).cast()) != Rboolean::FALSE }
 }

@@ -145,7 +145,8 @@ pub fn type_name(t: SEXPTYPE) -> &'static str {
         SEXPTYPE::SPECIALSXP | SEXPTYPE::BUILTINSXP => "builtin",
         SEXPTYPE::LANGSXP => "language",
         SEXPTYPE::SYMSXP => "symbol",
-        SEXPTYPE::S4SXP => "S4",
+        // S4SXP, named OBJSXP from R 4.4 on (extendr-ffi follows the headers).
+        other if other as u32 == 25 => "S4",
         _ => "unsupported",
     }
 }
@@ -263,7 +264,7 @@ pub unsafe fn plain_copy(x: SEXP, view: &View) -> SEXP {
     unsafe {
         let ans = Rf_allocVector(sexptype(view.kind), view.len as R_xlen_t);
         if view.bytes() > 0 {
-            std::ptr::copy_nonoverlapping(read_ptr(x, view), DATAPTR(ans).cast::<u8>(), view.bytes());
+            std::ptr::copy_nonoverlapping(read_ptr(x, view), data_mut(ans).cast::<u8>(), view.bytes());
         }
         view.materializations.set(view.materializations.get() + 1);
         ans
