@@ -90,7 +90,7 @@ shm_multisession <- function(...,
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
   # The workers start here (when the plan is set up): see nodelay_sockets().
-  f <- nodelay_sockets(future::MultisessionFuture(..., workers = workers, lazy = TRUE,
+  f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
                                                   rscript_libs = rscript_libs, envir = envir))
   class(f) <- c("ShmMultisessionFuture", class(f))
   if (!lazy) f <- future::run(f)
@@ -113,12 +113,17 @@ attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
   core <- nodelay_sockets(
-    future::MultisessionFutureBackend(workers = workers, rscript_libs = rscript_libs, ...))
+    future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs, ...))
   if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
   core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
   class(core) <- c("ShmMultisessionFutureBackend", class(core))
   core
 }
+
+# An exported function of the installed future that exists only in some of its
+# versions (MultisessionFuture up to 1.3x, MultisessionFutureBackend from 1.40),
+# looked up when the plan is used, on the version that has it.
+future_export <- function(name) getExportedValue("future", name)
 
 # `workers` as a whole number >= 1 (keeping a class such as "AsIs"), or an
 # error naming the argument.

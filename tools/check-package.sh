@@ -3,7 +3,12 @@
 # tarball (installation from the tarball, examples, vignette, and the test
 # suite run the way R CMD check runs it: inside the package namespace). Run in
 # a temporary directory outside this repository, so that cargo cannot see its
-# workspace. Fails on an ERROR or a WARNING; NOTEs are printed.
+# workspace. Fails on an ERROR, a WARNING or a NOTE about non-API calls into R;
+# other NOTEs are printed.
+#
+#   bash tools/check-package.sh [--as-cran]
+#
+# --as-cran runs CRAN's checks, without the parts that need the network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -11,10 +16,16 @@ work=$(mktemp -d /tmp/pageshare-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 src=$(pwd)
 (cd "$work" && R CMD build "$src" >build.log 2>&1) || { cat "$work/build.log"; exit 1; }
+flags=(--no-manual)
+if [ "${1:-}" = "--as-cran" ]; then
+  flags+=(--as-cran)
+  export _R_CHECK_CRAN_INCOMING_REMOTE_=false _R_CHECK_SYSTEM_CLOCK_=false
+fi
 status=0
-(cd "$work" && _R_CHECK_FORCE_SUGGESTS_=false R CMD check --no-manual pageshare_*.tar.gz >check.log 2>&1) || status=$?
+(cd "$work" && _R_CHECK_FORCE_SUGGESTS_=false R CMD check "${flags[@]}" pageshare_*.tar.gz >check.log 2>&1) || status=$?
 result=$(grep '^Status:' "$work/check.log" || echo "Status: no result")
-if [ "$status" -ne 0 ] || grep -q '^Status:.*\(ERROR\|WARNING\)' "$work/check.log"; then
+if [ "$status" -ne 0 ] || grep -q '^Status:.*\(ERROR\|WARNING\)' "$work/check.log" ||
+   grep -qi 'non-API' "$work/check.log"; then
   cat "$work/check.log"
   for f in "$work"/pageshare.Rcheck/00install.out "$work"/pageshare.Rcheck/tests/testthat.Rout.fail; do
     [ -f "$f" ] && tail -40 "$f"
@@ -23,4 +34,4 @@ if [ "$status" -ne 0 ] || grep -q '^Status:.*\(ERROR\|WARNING\)' "$work/check.lo
   exit 1
 fi
 grep -A4 ' NOTE$' "$work/check.log" || true
-echo "R CMD check of the built tarball: $result"
+echo "R CMD check ${flags[*]} of the built tarball ($(R --version | head -n 1)): $result"

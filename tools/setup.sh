@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One-command set-up on Debian 12: installs R and the R packages pageshare uses
-# (Debian's r-cran-* packages), builds and installs pageshare, then runs a short
+# One-command set-up on Debian 12, 13 or sid: installs R and the R packages
+# pageshare uses (that release's r-cran-* packages, plus what R CMD check
+# --as-cran runs: qpdf, tidy), builds and installs pageshare, then runs a short
 # demo. Run as root (or with sudo). Pass --no-demo to skip the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 packages=(r-base-dev r-cran-testthat r-cran-callr r-cran-ps r-cran-future r-cran-future.apply
           r-cran-furrr r-cran-foreach r-cran-doparallel r-cran-iterators r-cran-progressr
           r-cran-bench r-cran-data.table r-cran-tibble r-cran-runit r-cran-roxygen2
-          r-cran-knitr r-cran-rmarkdown)
+          r-cran-knitr r-cran-rmarkdown r-cran-parallelly r-cran-globals qpdf tidy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

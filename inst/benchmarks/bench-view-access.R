@@ -4,7 +4,7 @@
 #   Rscript inst/benchmarks/bench-view-access.R [n]
 # R 4.2 extracts X[, j] and X[i, ] element by element through the ALTREP Elt
 # method; whole-vector operations read through Dataptr at full speed. Workers
-# receive ordinary vectors over the shared pages and are not concerned.
+# receive views too, so the same holds there.
 suppressPackageStartupMessages(library(pageshare))
 n <- as.integer(commandArgs(trailingOnly = TRUE)[1]); if (is.na(n)) n <- 4000L
 set.seed(1)

@@ -205,7 +205,9 @@ pub fn glibc_malloc_in_use() -> bool {
 /// region (glibc does that for blocks of 128 KiB to 32 MiB and more), that
 /// region as (start, length): free(mem) unmaps exactly that range. Reads the
 /// chunk header (size word with its IS_MMAPPED bit, and the alignment offset
-/// before it) without faulting, and checks that it is consistent.
+/// before it) without faulting, and checks that it is consistent. The length
+/// is rounded up to whole pages, as munmap() rounds it: glibc up to 2.41 keeps
+/// the whole mapping's size in the header, glibc 2.42 (Debian sid) 16 bytes less.
 pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
     const IS_MMAPPED: i64 = 0x2;
     const CHUNK_HEADER: usize = 16;
@@ -217,8 +219,8 @@ pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
     let chunk_size = (size_word & !0x7) as usize;
     let offset = read_word(mem.checked_sub(CHUNK_HEADER)?)? as usize; // prev_size
     let start = mem.checked_sub(CHUNK_HEADER)?.checked_sub(offset)?;
-    let len = chunk_size.checked_add(offset)?;
-    (start.is_multiple_of(page) && len.is_multiple_of(page) && offset < page).then_some((start, len))
+    let len = chunk_size.checked_add(offset)?.checked_next_multiple_of(page)?;
+    (start.is_multiple_of(page) && offset < page).then_some((start, len))
 }
 
 /// Is [start, end) covered, without gaps, by private writable mappings (rw-p)
