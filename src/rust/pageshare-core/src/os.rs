@@ -206,8 +206,8 @@ pub fn glibc_malloc_in_use() -> bool {
 /// region as (start, length): free(mem) unmaps exactly that range. Reads the
 /// chunk header (size word with its IS_MMAPPED bit, and the alignment offset
 /// before it) without faulting, and checks that it is consistent. The length
-/// is rounded up to whole pages, as munmap() rounds it: glibc up to 2.41 keeps
-/// the whole mapping's size in the header, glibc 2.42 (Debian sid) 16 bytes less.
+/// is rounded up to whole pages, as munmap() rounds it: Debian 12's glibc 2.36
+/// keeps the whole mapping's size in the header, Debian sid's 2.43 16 bytes less.
 pub fn glibc_mmapped_chunk(mem: usize) -> Option<(usize, usize)> {
     const IS_MMAPPED: i64 = 0x2;
     const CHUNK_HEADER: usize = 16;
