@@ -31,7 +31,9 @@
 #'   loop, see [stop_workers()]). A cluster on another host is accepted but
 #'   receives plain data.
 #' @param cores Number of workers of pageshare's pool to use when `cl` is
-#'   missing; default `getOption("pageshare.workers")`.
+#'   missing; default `getOption("pageshare.workers")`. A whole number from 1
+#'   to the connections R has free; anything else (`1.7`, `Inf`, `NA`, `"2"`)
+#'   is a `pageshare_bad_argument` error before any worker starts.
 #' @param ... Registration options; as in doParallel, only `nocompile`
 #'   (`TRUE`: do not byte-compile the loop body) is recognised.
 #' @return `invisible(NULL)`; registers the backend (name `"doShm"`) with
@@ -64,8 +66,8 @@ registerDoShm <- function(cl, cores = NULL, ...) {
   }
   nocompile <- isTRUE(opts$nocompile)
   if (missing(cl) || is.null(cl) || is.numeric(cl)) {
-    n <- if (!missing(cl) && is.numeric(cl)) check_cores(cl, "cl")
-         else if (!is.null(cores)) check_cores(cores, "cores")
+    n <- if (!missing(cl) && is.numeric(cl)) check_worker_count(cl, "cl")
+         else if (!is.null(cores)) check_worker_count(cores, "cores")
          else worker_count()
     data <- list(cluster = NULL, cores = n, nocompile = nocompile, local = TRUE)
   } else if (inherits(cl, "cluster")) {

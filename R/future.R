@@ -100,6 +100,15 @@ class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
                              "multiprocess", "future", "function")
 attr(shm_multisession, "init") <- TRUE
 attr(shm_multisession, "untweakable") <- "persistent"
+# future 1.32-1.3x stop a plan's workers on plan() by calling its "cleanup"
+# attribute: shm_multisession's workers are multisession's, so it is
+# multisession's own (future 1.31 has none and stops them itself; from 1.40 the
+# backend does).
+attr(shm_multisession, "cleanup") <- function() {
+  cleanup <- attr(future::multisession, "cleanup", exact = TRUE)
+  if (is.function(cleanup)) cleanup()
+  invisible()
+}
 
 # future >= 1.40 (FutureBackend API): future() creates a plain Future and run()
 # gives it the backend's futureClasses before launchFuture(), so the run()
@@ -125,15 +134,11 @@ attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::
 # looked up when the plan is used, on the version that has it.
 future_export <- function(name) getExportedValue("future", name)
 
-# `workers` as a whole number >= 1 (keeping a class such as "AsIs"), or an
-# error naming the argument.
+# `workers` (a number or a function returning one, as future allows) checked
+# by the rule of every front door, keeping a class such as "AsIs".
 check_future_workers <- function(workers) {
   if (is.function(workers)) workers <- workers()
-  n <- suppressWarnings(as.integer(workers))
-  if (!is.numeric(workers) || length(n) != 1L || is.na(n) || n != workers || n < 1L) {
-    pageshare_stop("future_workers", paste(format(workers), collapse = " "))
-  }
-  structure(n, class = class(workers))
+  structure(check_worker_count(workers, "workers"), class = class(workers))
 }
 
 # ---- the globals walk ---------------------------------------------------------
@@ -202,8 +207,10 @@ swap_in_views <- function(x, threshold, state, depth = 0L) {
 # Returns NULL when nothing is (or can be) shared; otherwise the new globals
 # with attributes "pageshare_views" (keep them alive until the result is in)
 # and "pageshare_restore" (bindings swapped in closure environments; put them
-# back with restore_bindings() once the future has been sent).
-share_globals <- function(globals) {
+# back with restore_bindings() once the future has been sent). When they cannot
+# be shared, warns once per set of workers (`plan_key`; a future_lapply() makes
+# many futures), and not at all without a key.
+share_globals <- function(globals, plan_key = NULL) {
   if (length(globals) == 0L) return(NULL)
   state <- new.env(parent = emptyenv())
   state$views <- list()
@@ -225,12 +232,16 @@ share_globals <- function(globals) {
   }
   if (!is.null(state$failed)) {
     restore_bindings(state$restore)
-    warning(structure(class = c("pageshare_fallback", "warning", "condition"), list(
-      message = sprintf(paste0(
-        "pageshare: a global could not be put into shared memory (%s); ",
-        "this future sends its globals by plain serialization, as multisession does"),
-        conditionMessage(state$failed)),
-      call = NULL)))
+    if (length(plan_key) == 1L && is.null(fallback_warned[[plan_key]])) {
+      fallback_warned[[plan_key]] <- TRUE
+      warning(structure(class = c("pageshare_fallback", "warning", "condition"), list(
+        message = sprintf(paste0(
+          "pageshare: a global could not be put into shared memory (%s); ",
+          "futures send such globals by plain serialization, as multisession does ",
+          "(this warning is given once for these workers)"),
+          conditionMessage(state$failed)),
+        call = NULL)))
+    }
     return(NULL)
   }
   if (length(state$views) == 0L) return(NULL)
@@ -409,13 +420,17 @@ share_results_enabled <- function() {
   isTRUE(getOption("pageshare.share_results", TRUE))
 }
 
+# The sets of workers (plan keys) that gave their fallback warning already.
+fallback_warned <- new.env(parent = emptyenv())
+
 # ---- future 1.31: the run() method --------------------------------------------
 
 run.ShmMultisessionFuture <- function(future, ...) {
   if (!identical(future$state, "created")) return(NextMethod())
   cl <- future$workers
-  check_workers_have_pageshare(cl, sprintf("workers-%s", attr(cl, "name", exact = TRUE)))
-  undo <- prepare_launch(future, pack = TRUE)
+  key <- sprintf("workers-%s", attr(cl, "name", exact = TRUE))
+  check_workers_have_pageshare(cl, key)
+  undo <- prepare_launch(future, key, pack = TRUE)
   on.exit(undo(), add = TRUE)
   if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod()
 }
@@ -428,13 +443,13 @@ run.ShmMultisessionFuture <- function(future, ...) {
 # views must outlive the launch: the worker maps them when it unserializes,
 # possibly after the launch returned; they stay in future$pageshare_views until
 # the result has been collected (result() below) or with the future.
-prepare_launch <- function(future, pack = FALSE) {
+prepare_launch <- function(future, plan_key, pack = FALSE) {
   orig_expr <- future[["expr"]]
   orig <- future[["globals"]]
   expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
   globals <- orig
   restore <- list()
-  shared <- share_globals(orig)
+  shared <- share_globals(orig, plan_key)
   if (!is.null(shared)) {
     future[["pageshare_views"]] <- attr(shared, "pageshare_views")
     restore <- attr(shared, "pageshare_restore")
@@ -535,7 +550,7 @@ nothing_to_read <- function(x, timeout = NULL) {
 
 launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
   check_workers_have_pageshare(backend[["workers"]], backend[["reg"]])
-  undo <- prepare_launch(future)
+  undo <- prepare_launch(future, backend[["reg"]])
   on.exit(undo(), add = TRUE)
   # (future restarts a dead worker when it needs a node: nodelay_sockets().)
   nodelay_sockets(if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod())
@@ -551,7 +566,7 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
 validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, ...) {
   max_size <- backend[["maxSizeOfObjects"]]
   if (is.null(max_size) || is.infinite(max_size)) return(NextMethod())
-  shared <- suppressWarnings(share_globals(future[["globals"]]), classes = "pageshare_fallback")
+  shared <- share_globals(future[["globals"]])
   if (is.null(shared)) return(NextMethod())
   on.exit(restore_bindings(attr(shared, "pageshare_restore")), add = TRUE)
   attr(shared, "pageshare_views") <- NULL

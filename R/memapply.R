@@ -30,7 +30,8 @@
 #' @param VARS A named list of further arguments for `FUN`, or the names of
 #'   variables registered in `NAMESPACE`.
 #' @param MAX.CORES The maximal number of workers used; default all the
-#'   workers of `CLUSTER` or of the pool.
+#'   workers of `CLUSTER` or of the pool. Checked as `cores` of
+#'   [registerDoShm()].
 #' @return A list with one element per row/column (`FUN`'s value), named by the
 #'   dimnames of `X` along `MARGIN` when it has them.
 #' @seealso [memLapply()], [registerVariables()], [registerDoShm()]
@@ -156,7 +157,7 @@ resolve_vars <- function(VARS, NAMESPACE, held) {
 # The common path of memApply/memLapply. mode: 1 rows, 2 columns, 3 elements.
 mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.CORES, held, what) {
   VARS <- resolve_vars(VARS, NAMESPACE, held)
-  if (!is.null(MAX.CORES)) MAX.CORES <- check_cores(MAX.CORES, "MAX.CORES")
+  if (!is.null(MAX.CORES)) MAX.CORES <- check_worker_count(MAX.CORES, "MAX.CORES")
   if (n == 0L) return(stats::setNames(list(), nms))
   if (is.null(CLUSTER)) {
     cl <- pool_workers(if (is.null(MAX.CORES)) NULL else MAX.CORES)

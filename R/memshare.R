@@ -91,14 +91,10 @@ retrieveViews <- function(namespace, variableNames) {
   out <- lapply(variableNames, function(var) {
     key <- view_key(namespace, var)
     if (!is.null(views_held[[key]])) return(views_held[[key]])
-    got <- tryCatch(.Call(ps_retrieve, namespace, var, dir), error = function(e) e)
-    if (inherits(got, "error")) {
-      if (grepl("is not registered", conditionMessage(got), fixed = TRUE)) {
-        pageshare_stop("unknown_variable", sprintf("variable '%s' is", var), namespace,
-                       or_none(.Call(ps_namespace_variables, namespace, dir)))
-      }
-      stop(got)
-    }
+    got <- tryCatch(.Call(ps_retrieve, namespace, var, dir), pageshare_not_registered = function(e) {
+      pageshare_stop("unknown_variable", sprintf("variable '%s' is", var), namespace,
+                     or_none(.Call(ps_namespace_variables, namespace, dir)))
+    })
     view <- got$view
     if (length(got$attributes)) {
       .Call(ps_set_attributes, view, as.pairlist(unserialize(got$attributes)))

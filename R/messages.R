@@ -1,6 +1,8 @@
 # All user-facing error messages in one place. Each names the argument in
 # backticks and says what is expected. Raised through pageshare_stop() so that
-# every error carries the class "pageshare_error".
+# every error carries the class of its kind below "pageshare_error" (the kinds
+# are documented in ?pageshare_conditions; errors raised in Rust carry the same
+# classes, see src/rust/pageshare-r/src/boundary.rs).
 
 pageshare_messages <- list(
   share_type = "cannot share %s: %s. pageshare shares logical, integer, double, complex, raw and character vectors (with any attributes), and lists of them",
@@ -11,8 +13,7 @@ pageshare_messages <- list(
   not_viewed = "no view of %s is held in namespace '%s'; views held: %s",
   dir_option = "option `pageshare.dir` must be an existing directory, not '%s'",
   threshold_option = "option `pageshare.threshold` must be a single non-negative number of bytes",
-  workers_option = "option `pageshare.workers` must be a single positive number of worker processes",
-  cores = "`%s` must be a single positive number of worker processes, not %s",
+  worker_count = "`%s` must be a whole number of worker processes from 1 to %d (the connections this R session has free), not %s",
   not_cluster = "`cl` must be a cluster made by parallel::makePSOCKcluster() (or a number of workers), not %s",
   worker_load = "pageshare could not be loaded on worker %s: %s. Install pageshare in a library the workers see (.libPaths() of the master is tried)",
   worker_init = "worker initialization failed: %s",
@@ -24,14 +25,20 @@ pageshare_messages <- list(
   name_needs_namespace = "`%s` names a registered variable, so `NAMESPACE` must be given as a single string",
   vars_format = "`VARS` must be a named list of values or a character vector of variables registered in `NAMESPACE`",
   fun_failed = "%s: `FUN` failed on %s: %s",
-  max_cores = "`MAX.CORES` must be a single positive number, not %s",
-  future_workers = "`workers` must be a single positive whole number of background R sessions (or a function returning one), not %s",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 
+# The kind of each message (the condition class is "pageshare_<kind>").
+pageshare_message_kinds <- c(
+  share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
+  worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
+  need_foreach = "missing_package", fun_failed = "task_failed")
+
 pageshare_stop <- function(key, ..., call = NULL) {
   msg <- do.call(sprintf, c(list(pageshare_messages[[key]]), list(...)))
-  stop(structure(class = c("pageshare_error", "error", "condition"),
+  kind <- pageshare_message_kinds[key]
+  if (is.na(kind)) kind <- "bad_argument"
+  stop(structure(class = c(paste0("pageshare_", kind), "pageshare_error", "error", "condition"),
                  list(message = msg, call = call)))
 }
 

@@ -11,8 +11,9 @@
 #'    default `1048576`, 1 MiB) Objects smaller than this travel by plain
 #'    serialization when the backends share automatically; [share()] itself
 #'    always shares.}
-#'  \item{`pageshare.workers`}{(integer; env `PAGESHARE_WORKERS`; default
-#'    `parallel::detectCores()`) Number of processes in pageshare's own worker
+#'  \item{`pageshare.workers`}{(whole number; env `PAGESHARE_WORKERS`; default
+#'    `parallelly::availableCores()`, which honours cgroup limits and CPU
+#'    affinity, less what leaves 16 connections free) Number of processes in pageshare's own worker
 #'    pool, used by [registerDoShm()] without a cluster and by [memApply()] /
 #'    [memLapply()] without `CLUSTER`. The pool is started on first use, reused
 #'    by later calls, and stopped by [stop_workers()] or when R exits.}
@@ -55,8 +56,8 @@ option_defaults <- list(
   pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
-  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = function() parallel::detectCores(),
-                           parse = as.integer)
+  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = function() default_worker_count(),
+                           parse = as.numeric)
 )
 
 load_option_defaults <- function() {
@@ -93,7 +94,5 @@ cache_limit <- function() {
 release_source <- function() isTRUE(getOption("pageshare.release_source", TRUE))
 
 worker_count <- function() {
-  n <- getOption("pageshare.workers", parallel::detectCores())
-  if (!is.numeric(n) || length(n) != 1L || is.na(n) || n < 1) pageshare_stop("workers_option")
-  as.integer(n)
+  check_worker_count(getOption("pageshare.workers", default_worker_count()), "pageshare.workers")
 }

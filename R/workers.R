@@ -40,7 +40,7 @@ stop_workers <- function() stop_pool(pool)
 # The pool, with at least `n` workers; returns its first `n` nodes.
 pool_workers <- function(n = NULL) {
   if (is.null(n)) n <- worker_count()
-  n <- check_cores(n, "cores")
+  n <- check_worker_count(n, "cores")
   cl <- pool$cl
   if (is.null(cl) || length(cl) < n) {
     stop_pool(pool)
@@ -74,12 +74,6 @@ make_nodelay_cluster <- function(n) {
 # Process ids of the pool's workers (integer(0) when no pool is running).
 pool_pids <- function() if (is.null(pool$pids)) integer() else pool$pids
 
-check_cores <- function(n, arg) {
-  if (!is.numeric(n) || length(n) != 1L || is.na(n) || n < 1) {
-    pageshare_stop("cores", arg, paste(format(n), collapse = " "))
-  }
-  as.integer(n)
-}
 
 # Runs on a worker. Its environment is the global environment so that it can be
 # unserialized by a worker that does not have pageshare (yet).

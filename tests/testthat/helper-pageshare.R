@@ -79,3 +79,10 @@ as_global_code <- function(expr, env = parent.frame()) {
   vars <- intersect(all.vars(expr), ls(env, all.names = TRUE))
   eval(expr, list2env(mget(vars, envir = env), parent = globalenv()))
 }
+
+# Evaluate `expr` with options set, restoring them afterwards.
+withr_options <- function(opts, expr) {
+  old <- options(opts)
+  on.exit(options(old))
+  expr
+}

@@ -20,7 +20,7 @@ test_that("registerDoShm registers a backend named doShm, sized by cores", {
   expect_true(getDoParRegistered())
   registerDoShm(cores = 1)
   expect_identical(getDoParWorkers(), 1L)
-  expect_error(registerDoShm(cores = 0), "`cores` must be a single positive number")
+  expect_error(registerDoShm(cores = 0), "`cores` must be a whole number of worker processes", class = "pageshare_bad_argument")
   expect_error(registerDoShm("a"), "`cl` must be a cluster")
   expect_warning(registerDoShm(cores = 2, bogus = TRUE), "bogus")
   use_pool()

@@ -102,7 +102,8 @@ test_that("a full segment directory is an R error, never a crash", {
   small <- share(as.double(1:1000))                      # fits
   expect_true(is_shared(small))
   err <- tryCatch(share(as.double(seq_len(2e6))), error = function(e) e)   # 16 MB
-  expect_s3_class(err, "error")
+  expect_s3_class(err, "pageshare_no_space")           # below pageshare_error: the backends fall back
+  expect_s3_class(err, "pageshare_error")
   expect_match(conditionMessage(err), "not enough shared memory")
   expect_match(conditionMessage(err), "15.3 MB")
   expect_match(conditionMessage(err), "free")

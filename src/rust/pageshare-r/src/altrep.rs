@@ -13,7 +13,7 @@
 //!   mapping per segment, shared by all its views here) and returns a view; R
 //!   then gives it the attributes, object bit and levels it read.
 
-use crate::boundary::guard;
+use crate::boundary::{guard, RError};
 use crate::rapi::*;
 use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_for_elt, view_unchecked, View};
 use pageshare_core::handle::Handle;
@@ -207,17 +207,17 @@ unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
         // SAFETY: state is the raw vector written by serialized_state (checked below).
         let bytes = unsafe {
             if TYPEOF(state) != SEXPTYPE::RAWSXP {
-                return Err("a pageshare handle must be a raw vector".to_string());
+                return Err(RError::invalid("a pageshare handle must be a raw vector"));
             }
             std::slice::from_raw_parts(RAW(state), XLENGTH(state) as usize).to_vec()
         };
-        let h = Handle::decode(&bytes).map_err(|e| e.to_string())?;
+        let h = Handle::decode(&bytes).map_err(|e| RError::from(e).context("a pageshare handle could not be read"))?;
         let seg = registry::open(Path::new(&h.dir), &h.name).map_err(|e| {
-            format!("a pageshare view could not be mapped in process {}: {e}", std::process::id())
+            RError::from(e).context(&format!("a pageshare view could not be mapped in process {}", std::process::id()))
         })?;
         let hdr = seg.header();
         if hdr.kind != h.kind || h.offset.checked_add(h.length).is_none_or(|end| end > hdr.length) {
-            return Err(format!("the handle of segment '{}' does not match its contents", h.name));
+            return Err(RError::invalid(format!("the handle of segment '{}' does not match its contents", h.name)));
         }
         // SAFETY: the slice was checked to lie inside the segment.
         Ok(unsafe { make_view(seg, h.kind, h.offset, h.length) })

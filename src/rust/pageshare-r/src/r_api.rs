@@ -2,7 +2,7 @@
 //! The `.Call` entry points. Each is a thin shell: argument checks, then core
 //! calls, all inside [`guard`] so errors and panics become R errors.
 
-use crate::boundary::{guard, msg};
+use crate::boundary::{guard, msg, ErrorKind, RError};
 use crate::cache;
 use crate::rapi::*;
 use crate::source_pages;
@@ -17,22 +17,24 @@ use std::sync::atomic::Ordering;
 
 // ---- small converters ---------------------------------------------------------
 
-unsafe fn string_arg(x: SEXP, what: &str) -> Result<String, String> {
+unsafe fn string_arg(x: SEXP, what: &str) -> Result<String, RError> {
     // SAFETY: type and length are checked before the element is read.
     unsafe {
         if TYPEOF(x) != SEXPTYPE::STRSXP || XLENGTH(x) != 1 || STRING_ELT(x, 0) == R_NaString {
-            return Err(format!("`{what}` must be a single string"));
+            return Err(RError::argument(format!("`{what}` must be a single string")));
         }
         let c = CStr::from_ptr(Rf_translateCharUTF8(STRING_ELT(x, 0)));
         Ok(c.to_string_lossy().into_owned())
     }
 }
 
-unsafe fn dir_arg(x: SEXP) -> Result<PathBuf, String> {
+unsafe fn dir_arg(x: SEXP) -> Result<PathBuf, RError> {
     // SAFETY: forwarded.
     let d = unsafe { string_arg(x, "pageshare.dir")? };
     if !d.starts_with('/') || !Path::new(&d).is_dir() {
-        return Err(format!("option `pageshare.dir` must name an existing directory by absolute path, not '{d}'"));
+        return Err(RError::argument(format!(
+            "option `pageshare.dir` must name an existing directory by absolute path, not '{d}'"
+        )));
     }
     Ok(PathBuf::from(d))
 }
@@ -109,7 +111,7 @@ unsafe fn copy_into_segment(
     attr_blob: &[u8],
     hold: bool,
     release_source: bool,
-) -> Result<(SEXP, Option<Handover>), String> {
+) -> Result<(SEXP, Option<Handover>), RError> {
     // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
     unsafe {
         let kind = kind_of(x)?;
@@ -117,7 +119,7 @@ unsafe fn copy_into_segment(
         let seg = if kind == Kind::Character {
             let items = string_items(x);
             let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
-            let data_len = strings::packed_len(items.len() as u64, total).ok_or("the character vector is too large to share")?;
+            let data_len = strings::packed_len(items.len() as u64, total).ok_or_else(|| RError::argument("the character vector is too large to share"))?;
             let contents = Contents { kind, length: items.len() as u64, data_len, attributes: attr_blob };
             registry::create(dir, name, contents, |dst| strings::pack(items.iter().copied(), dst)).map_err(msg)?
         } else {
@@ -165,7 +167,7 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, r
         let view = Rf_protect(view);
         if !set_attributes(view, attrs) {
             Rf_unprotect(1);
-            return Err(ATTRIBUTES_FAILED.into());
+            return Err(RError::internal(ATTRIBUTES_FAILED));
         }
         // Marks x not mutable: an in-place write would make it differ from its
         // view, so R duplicates it first (see cache.rs).
@@ -328,7 +330,7 @@ pub extern "C" fn ps_scope(delta: SEXP) -> SEXP {
 pub extern "C" fn ps_sweep(dir: SEXP) -> SEXP {
     guard(|| unsafe {
         let dir = dir_arg(dir)?;
-        let removed = sweep::sweep(&dir).map_err(|e| format!("cannot sweep {}: {e}", dir.display()))?;
+        let removed = sweep::sweep(&dir).map_err(|e| RError::system(format!("cannot sweep {}: {e}", dir.display())))?;
         Ok(strings(&removed))
     })
 }
@@ -339,7 +341,7 @@ pub extern "C" fn ps_list_segments(dir: SEXP) -> SEXP {
     guard(|| unsafe {
         let dir = dir_arg(dir)?;
         let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .map_err(|e| RError::system(format!("cannot list {}: {e}", dir.display())))?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter(|n| naming::is_ours(n))
             .collect();
@@ -355,7 +357,7 @@ pub extern "C" fn ps_namespace_variables(ns: SEXP, dir: SEXP) -> SEXP {
         let ns = string_arg(ns, "namespace")?;
         let dir = dir_arg(dir)?;
         let mut vars: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .map_err(|e| RError::system(format!("cannot list {}: {e}", dir.display())))?
             .filter_map(|e| naming::parse_named(&e.ok()?.file_name().into_string().ok()?))
             .filter(|(n, _)| *n == ns)
             .map(|(_, v)| v)
@@ -380,11 +382,11 @@ pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: S
         };
         let release = Rf_asInteger(release_source) == 1;
         let view = Rf_protect(
-            copy_into_segment(x, &dir, &name, blob, true, release).map_err(|e| format!("variable '{var}': {e}"))?.0,
+            copy_into_segment(x, &dir, &name, blob, true, release).map_err(|e| e.context(&format!("variable '{var}'")))?.0,
         );
         let set = set_attributes(view, attrs);
         Rf_unprotect(1);
-        if set { Ok(view) } else { Err(ATTRIBUTES_FAILED.into()) }
+        if set { Ok(view) } else { Err(RError::internal(ATTRIBUTES_FAILED)) }
     })
 }
 
@@ -398,9 +400,9 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
         let name = naming::named(&ns_s, &var_s).map_err(msg)?;
         let seg = registry::open(&dir, &name).map_err(|e| match e {
             pageshare_core::Error::Missing { .. } => {
-                format!("variable '{var_s}' is not registered in namespace '{ns_s}'")
+                RError::new(ErrorKind::NotRegistered, format!("variable '{var_s}' is not registered in namespace '{ns_s}'"))
             }
-            other => other.to_string(),
+            other => RError::from(other),
         })?;
         let h = seg.header().clone();
         let blob = Rf_protect(raw_vec(seg.attributes()));
@@ -415,9 +417,9 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
 pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
     guard(|| unsafe {
         if view_of(view).is_none() {
-            return Err("internal: ps_set_attributes needs a view".into());
+            return Err(RError::internal("internal: ps_set_attributes needs a view"));
         }
-        if set_attributes(view, attrs) { Ok(view) } else { Err(ATTRIBUTES_FAILED.into()) }
+        if set_attributes(view, attrs) { Ok(view) } else { Err(RError::internal(ATTRIBUTES_FAILED)) }
     })
 }
 
@@ -517,7 +519,7 @@ pub extern "C" fn ps_free_bytes(dir: SEXP) -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
     guard(|| unsafe {
-        let seg = segment_of(x).ok_or("`x` is not a pageshare view")?;
+        let seg = segment_of(x).ok_or_else(|| RError::argument("`x` is not a pageshare view"))?;
         seg.disown();
         Ok(x)
     })
@@ -527,7 +529,7 @@ pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_adopt(x: SEXP) -> SEXP {
     guard(|| unsafe {
-        let seg = segment_of(x).ok_or("`x` is not a pageshare view")?;
+        let seg = segment_of(x).ok_or_else(|| RError::argument("`x` is not a pageshare view"))?;
         seg.adopt().map_err(msg)?;
         Ok(x)
     })

@@ -60,9 +60,9 @@ impl View {
 
     /// A writeable pointer to this view's elements, through its private
     /// copy-on-write mapping (made on first use).
-    pub fn writeable_ptr(&self) -> Result<*mut u8, String> {
+    pub fn writeable_ptr(&self) -> Result<*mut u8, pageshare_core::Error> {
         if self.private.borrow().is_none() {
-            let map = self.seg.private_map().map_err(|e| e.to_string())?;
+            let map = self.seg.private_map()?;
             *self.private.borrow_mut() = Some(map);
         }
         let start = (self.offset * self.kind.elem_size()) as usize;
@@ -115,7 +115,7 @@ pub fn sexptype(kind: Kind) -> SEXPTYPE {
 ///
 /// # Safety
 /// `x` must be a valid SEXP.
-pub unsafe fn kind_of(x: SEXP) -> Result<Kind, String> {
+pub unsafe fn kind_of(x: SEXP) -> Result<Kind, crate::boundary::RError> {
     // SAFETY: forwarded from the caller.
     let t = unsafe { TYPEOF(x) };
     Ok(match t {
@@ -126,10 +126,13 @@ pub unsafe fn kind_of(x: SEXP) -> Result<Kind, String> {
         SEXPTYPE::RAWSXP => Kind::Raw,
         SEXPTYPE::STRSXP => Kind::Character,
         other => {
-            return Err(format!(
-                "cannot share an object of type {}: pageshare shares logical, integer, double, \
-                 complex, raw and character vectors",
-                type_name(other)
+            return Err(crate::boundary::RError::new(
+                crate::boundary::ErrorKind::UnsupportedType,
+                format!(
+                    "cannot share an object of type {}: pageshare shares logical, integer, double, \
+                     complex, raw and character vectors",
+                    type_name(other)
+                ),
             ))
         }
     })

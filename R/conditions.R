@@ -1,0 +1,45 @@
+#' Conditions pageshare signals
+#'
+#' Every error pageshare raises, from its R code or from its Rust core, is a
+#' condition of class `c("pageshare_<kind>", "pageshare_error", "error",
+#' "condition")`: catch them all with `tryCatch(..., pageshare_error = )`, or
+#' one kind by its own class. The message names the argument or object and says
+#' what to do.
+#'
+#' @section Kinds:
+#' \describe{
+#'   \item{`pageshare_no_space`}{There is not enough space for a segment. The
+#'     condition also carries `needed` and `free` (bytes). Every backend catches
+#'     it and sends the data by plain serialization instead, with one warning.}
+#'   \item{`pageshare_segment_gone`}{The segment a view or handle refers to no
+#'     longer exists (its owner released it or exited).}
+#'   \item{`pageshare_invalid_segment`}{A file or handle that is not a valid
+#'     pageshare segment: damaged, foreign, or of another format.}
+#'   \item{`pageshare_name_taken`}{A memshare name (namespace and variable) is
+#'     already registered by another live process.}
+#'   \item{`pageshare_not_registered`}{No variable (or no view) of that name is
+#'     registered in that namespace.}
+#'   \item{`pageshare_permission`}{The operating system refused access.}
+#'   \item{`pageshare_bad_argument`}{An argument or option has a wrong type or
+#'     value.}
+#'   \item{`pageshare_unsupported_type`}{An object of a type that cannot be
+#'     shared (an environment, a function, an external pointer ...).}
+#'   \item{`pageshare_worker_setup`}{A worker could not load pageshare or be
+#'     initialized.}
+#'   \item{`pageshare_missing_package`}{A package a front door needs is not
+#'     installed.}
+#'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([memApply()],
+#'     [memLapply()]).}
+#'   \item{`pageshare_system`}{Any other failure of the operating system (the
+#'     message names the call and the system's reason).}
+#'   \item{`pageshare_internal`}{A bug in pageshare; please report it.}
+#' }
+#' Warnings: `pageshare_fallback` when a backend sends data by plain
+#' serialization because they could not be shared.
+#'
+#' @name pageshare_conditions
+#' @examples
+#' e <- tryCatch(share(new.env()), pageshare_error = function(e) e)
+#' class(e)
+#' conditionMessage(e)
+NULL

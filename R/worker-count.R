@@ -1,0 +1,37 @@
+# How many workers: one rule for every front door (shm_multisession's
+# `workers`, registerDoShm()'s `cores`, memApply()'s `MAX.CORES`, option
+# `pageshare.workers`).
+
+# The default: the cores this process may use (parallelly::availableCores()
+# honours cgroup limits, CPU affinity and the scheduler's settings, where
+# detectCores() counts the machine's), leaving connections free for the user
+# as future does. (shm_multisession's `workers` default spells out the same
+# expression: future evaluates a plan's formals outside this namespace; a test
+# checks that the two agree.)
+default_worker_count <- function() {
+  as.integer(max(1L, min(parallelly::availableCores(), parallelly::freeConnections() - 16L)))
+}
+
+# The most workers this session can have: each takes one connection, and R
+# has a fixed number of them.
+max_worker_count <- function() {
+  max(1L, parallelly::freeConnections())
+}
+
+# `n` as an integer if it is a single whole number from 1 to
+# max_worker_count(), else a pageshare_bad_argument error naming `arg` and the
+# value (before anything is started or allocated).
+check_worker_count <- function(n, arg) {
+  ok <- is.numeric(n) && length(n) == 1L && !is.na(n) && is.finite(n) && n == round(n) && n >= 1
+  limit <- as.integer(max_worker_count())
+  if (!ok || n > limit) {
+    pageshare_stop("worker_count", arg, limit, describe_value(n))
+  }
+  as.integer(n)
+}
+
+describe_value <- function(x) {
+  if (is.character(x)) return(paste(dQuote(x, FALSE), collapse = " "))
+  if (length(x) != 1L) return(sprintf("a %s vector of length %d", typeof(x), length(x)))
+  paste(format(x), collapse = " ")
+}
