@@ -28,6 +28,9 @@
 #'     initialized.}
 #'   \item{`pageshare_missing_package`}{A package a front door needs is not
 #'     installed.}
+#'   \item{`pageshare_worker_died`}{A worker of pageshare's own pool died
+#'     during a call (the message names its pid and task); the pool is
+#'     stopped and the next call starts a new one.}
 #'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([memApply()],
 #'     [memLapply()]).}
 #'   \item{`pageshare_system`}{Any other failure of the operating system (the

@@ -192,7 +192,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   # Every message to the workers is serialized inside the handle scope, so
   # views cross as handles. exportenv and argsList keep the views (and thus
   # the segments) alive until the loop has finished.
-  results <- with_handles_if(local, {
+  results <- with_pool_health(with_handles_if(local, {
     if (opt$preschedule) {
       if (verbose) cat(sprintf("bundling all tasks into %d chunk(s)\n", min(length(cl), length(argsList))))
       chunks <- if (length(argsList)) {
@@ -216,7 +216,7 @@ doshm_backend <- function(obj, expr, envir, data) {
       parallel::clusterCall(cl, worker_stub("doshm_worker_done"))
       res
     }
-  })
+  }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
 
   tryCatch(accumulator(results, seq_along(results)), error = function(e) {
     cat("error calling combine function:\n")

@@ -182,7 +182,9 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   # The handle scope only when a view is actually sent (it costs a little).
   local <- local && (has_view(X) || has_view(VARS) ||
                        typeof(FUN) == "closure" && is_frame_env(environment(FUN)))
-  res <- with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS))
+  res <- with_pool_health(
+    with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS)),
+    cl, is.null(CLUSTER), function(i) sprintf("%s %s of %s()", what, describe_range(chunks[[i]]), caller))
   failed <- Filter(function(r) inherits(r, "pageshare_task_error"), res)
   if (length(failed)) {
     first <- failed[[which.min(vapply(failed, function(f) f$index, numeric(1)))]]
@@ -229,4 +231,8 @@ has_view <- function(x) {
     for (el in x) if (has_view(el)) return(TRUE)
   }
   FALSE
+}
+
+describe_range <- function(idx) {
+  if (length(idx) == 1L) format(idx) else sprintf("%d to %d", min(idx), max(idx))
 }

@@ -1,0 +1,39 @@
+# A worker of pageshare's pool that dies (killed, out of memory, crashed) must
+# not leave a pool whose every later call fails on its dead connection.
+# with_pool_health() runs a call on the pool; if it fails and a pool worker is
+# gone, the whole pool is stopped (the next call starts a new one) and a
+# pageshare_worker_died error names the dead worker's pid and its task.
+
+# Is the process `pid` gone? A zombie (killed, not yet reaped: PSOCK workers
+# are orphans, reaped late by PID 1) is gone too.
+process_gone <- function(pid) {
+  stat <- sprintf("/proc/%d/stat", pid)
+  if (!file.exists(stat)) return(TRUE)
+  line <- tryCatch(readLines(stat, warn = FALSE), error = function(e) "")
+  # The state follows the command name, which is in parentheses.
+  state <- sub("^.*\\) ([A-Za-z]).*$", "\\1", line[1L])
+  identical(state, "Z") || identical(state, "X")
+}
+
+# Evaluate `expr`, a call on the nodes `cl` of the pool (nothing to do for a
+# user's cluster: `on_pool` FALSE). `task_of(i)` describes the task sent to
+# node i (for the message).
+with_pool_health <- function(expr, cl, on_pool, task_of = function(i) "its task") {
+  if (!on_pool) return(expr)
+  tryCatch(expr, error = function(e) {
+    if (inherits(e, "pageshare_error")) stop(e)
+    pids <- pool_pids()
+    # A killed process closes its sockets before the kernel marks it dead:
+    # give it a moment.
+    deadline <- Sys.time() + 0.5
+    repeat {
+      dead <- which(vapply(pids, process_gone, logical(1)))
+      if (length(dead) || Sys.time() > deadline) break
+      Sys.sleep(0.01)
+    }
+    if (!length(dead)) stop(e)
+    stop_pool(pool)
+    i <- dead[1L]
+    pageshare_stop("worker_died", pids[i], if (i <= length(cl)) task_of(i) else "no task", conditionMessage(e))
+  })
+}
