@@ -9,18 +9,29 @@
 #' workers, tasks or loops (an object shared once is shared again for free
 #' while it lives).
 #'
-#' "Large" means `utils::object.size()` at least `getOption("pageshare.threshold")`
-#' (see [pageshare_options]). If a value cannot be shared (for instance because
-#' `/dev/shm` is full), it is sent by plain serialization with one warning.
-#' Large vectors in the own frame of an exported closure (a function made
-#' inside another function) are shared too; data deeper in a chain of
-#' environments, or in attributes of a non-vector object, travels by plain
-#' serialization.
+#' What is shared follows the one rule of every pageshare front door (the
+#' same for [shm_multisession()] and [memApply()]): vectors whose data take at
+#' least `getOption("pageshare.threshold")` bytes (see [pageshare_options]),
+#' also inside lists and data frames, and such values bound in the frames an
+#' exported closure carries (a function made inside another function; swapped
+#' for views while the loop's tasks are sent and put back afterwards). If a
+#' value cannot be shared (for instance because the segment directory is
+#' full), it is sent by plain serialization with one warning.
+#'
+#' Iterations are grouped into tasks of consecutive iterations, by default
+#' two tasks per worker handed out as workers become free, so that many tiny
+#' iterations do not each pay a round trip (as doFuture does). Results, their
+#' order, `.errorhandling` and doRNG's streams are per iteration as before.
+#' `.options.shm = list(chunk.size = 1)` (or `scheduling = Inf`) sends one
+#' task per iteration; `chunk.size = k` sends `k` iterations per task;
+#' `scheduling = s` makes about `s` tasks per worker.
 #'
 #' Supported foreach options: `.export`, `.noexport`, `.packages`,
-#' `.errorhandling` (`"stop"`, `"remove"`, `"pass"`), `.verbose`, and
+#' `.errorhandling` (`"stop"`, `"remove"`, `"pass"`), `.verbose`,
+#' `.options.shm = list(chunk.size = , scheduling = )` (above), and
 #' `.options.snow = list(preschedule = , attachExportEnv = )` as with doParallel
-#' (`attachExportEnv = TRUE` attaches the exported variables on the workers
+#' (`preschedule = TRUE`: one task per worker, assigned in advance;
+#' `attachExportEnv = TRUE` attaches the exported variables on the workers
 #' under the name `"exportEnv"`). Combining (`.combine`, `.init`, `.final`,
 #' `.inorder`, `.multicombine`, `.maxcombine`), nested loops (`%:%`) and
 #' `when()` are handled by foreach as usual.
@@ -89,22 +100,49 @@ doshm_info <- function(data, item) {
          NULL)
 }
 
-# Backend options from .options.snow (doParallel compatible) and .options.shm.
+# Backend options from .options.snow (doParallel compatible) and .options.shm:
+# preschedule and attachExportEnv (TRUE or FALSE), chunk.size (iterations per
+# task, a whole number >= 1) and scheduling (tasks per worker, a number > 0,
+# Inf for one task per iteration). A value that does not fit is ignored with a
+# warning, as doParallel does.
 doshm_options <- function(obj) {
-  out <- list(preschedule = FALSE, attachExportEnv = FALSE)
+  out <- list(preschedule = FALSE, attachExportEnv = FALSE, chunk.size = NULL,
+              scheduling = default_scheduling)
   given <- c(obj$options$snow, obj$options$shm)
   for (nm in names(given)) {
     val <- given[[nm]]
-    if (!nm %in% names(out)) {
+    ok <- switch(nm,
+      preschedule = , attachExportEnv = is.logical(val) && length(val) == 1L && !is.na(val),
+      chunk.size = is.numeric(val) && length(val) == 1L && !is.na(val) && val >= 1 && val == round(val),
+      scheduling = is.numeric(val) && length(val) == 1L && !is.na(val) && val > 0,
+      NA)
+    if (is.na(ok)) {
       warning(sprintf("ignoring unknown foreach backend option %s", dQuote(nm, FALSE)), call. = FALSE)
-    } else if (!is.logical(val) || length(val) != 1L || is.na(val)) {
-      warning(sprintf("foreach backend option %s must be TRUE or FALSE; ignoring it",
-                      dQuote(nm, FALSE)), call. = FALSE)
+    } else if (!ok) {
+      warning(sprintf("foreach backend option %s must be %s; ignoring it", dQuote(nm, FALSE),
+                      switch(nm, chunk.size = "a whole number >= 1", scheduling = "a number > 0",
+                             "TRUE or FALSE")), call. = FALSE)
     } else {
-      out[[nm]] <- val
+      out[nm] <- list(val)
     }
   }
   out
+}
+
+# Tasks per worker when neither chunk.size nor scheduling is given: a few, so
+# that tiny iterations do not each pay a round trip and uneven ones still
+# balance (doFuture's default is one).
+default_scheduling <- 2
+
+# The iterations 1..n grouped into tasks of consecutive iterations.
+iteration_chunks <- function(n, workers, opt) {
+  if (n == 0L) return(list())
+  tasks <- if (!is.null(opt$chunk.size)) ceiling(n / opt$chunk.size)
+           else if (is.infinite(opt$scheduling)) n
+           else ceiling(opt$scheduling * workers)
+  tasks <- max(1L, min(n, tasks))
+  if (tasks == n) return(as.list(seq_len(n)))
+  parallel::splitIndices(n, tasks)
 }
 
 # A frame holding the caller's `...` (if any), so that `...` used in the loop
@@ -116,8 +154,8 @@ doshm_backend <- function(obj, expr, envir, data) {
   verbose <- isTRUE(obj$verbose)
   cl <- if (is.null(data$cluster)) pool_workers(data$cores) else data$cluster
   local <- isTRUE(data$local)
-  state <- new.env(parent = emptyenv())   # fallback warning, share count
-  threshold <- share_threshold()
+  state <- share_state()
+  on.exit(restore_shared(state), add = TRUE)
   it <- iterators::iter(obj)
   accumulator <- foreach::makeAccum(it)
   opt <- doshm_options(obj)
@@ -128,7 +166,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   exportenv <- if (is.null(dots)) {
     new.env(parent = emptyenv())
   } else {
-    if (local) dots <- lapply(dots, share_large, state = state, threshold = threshold)
+    if (local) dots <- lapply(dots, share_walk, state = state)
     do.call(dots_frame, dots)
   }
   noexport <- union(obj$noexport, obj$argnames)
@@ -161,12 +199,11 @@ doshm_backend <- function(obj, expr, envir, data) {
   if (local) {
     for (sym in setdiff(ls(exportenv, all.names = TRUE), "...")) {
       val <- get(sym, envir = exportenv, inherits = FALSE)
-      before <- state$count %||% 0L
-      shared <- if (is.function(val)) {
-        if (identical(environment(val), exportenv)) val else share_fun_env(val, state, threshold)
-      }
-                else share_large(val, state, threshold)
-      if ((state$count %||% 0L) > before) assign(sym, shared, envir = exportenv)
+      # (exported functions' frames are walked too; exportenv is walked here)
+      if (is.function(val) && identical(environment(val), exportenv)) next
+      before <- length(state$views)
+      shared <- share_walk(val, state)
+      if (length(state$views) > before && !is.function(val)) assign(sym, shared, envir = exportenv)
     }
   }
 
@@ -182,11 +219,12 @@ doshm_backend <- function(obj, expr, envir, data) {
   # cached: the same object in many tasks is one segment).
   argsList <- as.list(it)
   if (local && length(argsList)) {
-    argsList <- lapply(argsList, function(args) lapply(args, share_large, state = state, threshold = threshold))
+    argsList <- lapply(argsList, function(args) lapply(args, share_walk, state = state))
   }
+  if (local) warn_fallback(state)
   if (verbose) {
     cat(sprintf("pageshare: %d task(s) on %d worker(s); %d value(s) shared\n",
-                length(argsList), length(cl), state$count %||% 0L))
+                length(argsList), length(cl), length(unique_views(state$views))))
   }
 
   # Every message to the workers is serialized inside the handle scope, so
@@ -212,9 +250,12 @@ doshm_backend <- function(obj, expr, envir, data) {
                                     opt$attachExportEnv)
       msgs <- unlist(init)
       if (length(msgs)) pageshare_stop("worker_init", msgs[1L])
-      res <- parallel::clusterApplyLB(cl, argsList, worker_stub("doshm_worker_eval"))
+      chunks <- iteration_chunks(length(argsList), length(cl), opt)
+      if (verbose) cat(sprintf("%d iteration(s) in %d task(s)\n", length(argsList), length(chunks)))
+      res <- parallel::clusterApplyLB(cl, lapply(chunks, function(i) argsList[i]),
+                                      worker_stub("doshm_worker_eval_chunk"))
       parallel::clusterCall(cl, worker_stub("doshm_worker_done"))
-      res
+      do.call(c, res)
     }
   }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
 
@@ -269,7 +310,9 @@ doshm_run <- function(args, expr, env) {
   tryCatch(eval(expr, envir = env), error = function(e) e)
 }
 
-doshm_worker_eval <- function(args) doshm_run(args, doshm_state$expr, doshm_state$env)
+doshm_worker_eval_chunk <- function(chunk) {
+  lapply(chunk, doshm_run, expr = doshm_state$expr, env = doshm_state$env)
+}
 
 # Drop the loop's state so that the worker holds no view after the loop.
 doshm_worker_done <- function() {

@@ -5,16 +5,21 @@
 #' `nbrOfWorkers()`, `nbrOfFreeWorkers()`, workers stopped when the plan
 #' changes) with one difference: when a future is launched, each of its globals
 #' that is a shareable vector of at least `getOption("pageshare.threshold")`
-#' bytes (also inside lists and data frame columns) is copied once into POSIX
-#' shared memory ([share()]), and the worker receives a handle of a few hundred
-#' bytes instead of the data. Every worker reads the same pages through a
+#' bytes (also inside lists and data frame columns) is copied once into
+#' POSIX shared memory ([share()]), and the worker receives a handle of a few
+#' hundred bytes instead of the data (the rule is the same for [registerDoShm()]
+#' and [memApply()]). Every worker reads the same pages through a
 #' read-only view; the next future (for example the next chunk of a
 #' `future_lapply()`) that uses the same object reuses the same segment.
 #' Globals that are already views (`X <- share(X)`) are sent as handles too.
 #' Large vectors that a function global reaches through its environment (for
 #' example `X` in `future_lapply(idx, function(j) f(X[, j]))` run inside a
-#' function) are shared as well: while the future is sent, their bindings are
-#' swapped for views (equal values) and put back right after.
+#' function that received `X` as an argument) are shared as well: while the
+#' future is sent, their bindings (plain values and forced promises, also
+#' locked ones) are swapped for views (equal values) and put back right after,
+#' as they were. Unforced promises are never forced (on R 4.5, which cannot
+#' tell them apart, a promise of a variable is read), missing arguments and
+#' active bindings are left alone.
 #'
 #' Results travel the same way in reverse: a value of at least the threshold
 #' computed by a worker is written into a segment there and the caller receives
@@ -26,22 +31,24 @@
 #'
 #' @section Globals size limit:
 #' future checks the total size of a future's globals against
-#' `getOption("future.globals.maxSize")`. The limit exists to stop a large
-#' object from being copied to every worker, which `shm_multisession` does not
-#' do for shareable vectors.
-#' * future >= 1.40 lets the backend check the globals of `future()`,
-#'   `futureCall()` and `%<-%`: `shm_multisession` counts what it sends as a
-#'   handle at a handle's size, so the limit applies only to what still travels
-#'   by serialization (environments, functions' code, small pieces), exactly as
-#'   for `multisession`. future.apply and furrr, however, check the globals of
-#'   the function they apply themselves, at full size, before any backend runs:
-#'   with them, set the option as for future < 1.40.
-#' * future < 1.40 (Debian's 1.31) checks in the calling session when the future
-#'   is *created*, before any backend code runs, and counts a view at its full
-#'   size (500 MiB by default). `shm_multisession` cannot lift that limit by
-#'   itself and does not change global options behind your back: with large
-#'   data set it yourself, e.g. `options(future.globals.maxSize = +Inf)`
-#'   (future.apply and furrr honour the same option).
+#' `getOption("future.globals.maxSize")` (500 MiB when unset), and future.apply
+#' and furrr check the globals of the function they apply the same way. The
+#' limit exists to stop a large object from being copied to every worker,
+#' which `shm_multisession` does not do for what it shares, so no `options()`
+#' line is needed:
+#' * While `shm_multisession` is the plan, the option holds a huge value, so
+#'   that future (before any backend code runs, on future < 1.40), future.apply
+#'   and furrr let globals pass at their full size.
+#' * When a future is launched, what it still sends by serialization (anything
+#'   the sharing rule does not share, such as an environment holding large
+#'   data) is checked against *your* limit: the value the option had when the
+#'   plan was set (or that you set while the plan is active), scaled by the
+#'   number of elements of a chunk as future.apply and furrr scale it. Above
+#'   it, the future stops with future's own error, as under `multisession`.
+#'   Shared globals count at the size of their handles.
+#' * Your value comes back when the plan changes (on future 1.31, which has no
+#'   hook for this, at the end of the top-level call that changes it) and when
+#'   pageshare is unloaded.
 #'
 #' @section Fallback:
 #' If a global cannot be put into shared memory (for example because the
@@ -89,6 +96,7 @@ shm_multisession <- function(...,
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
+  lift_globals_limit()
   # The workers start here (when the plan is set up): see nodelay_sockets().
   f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
                                                   rscript_libs = rscript_libs, envir = envir))
@@ -100,11 +108,13 @@ class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
                              "multiprocess", "future", "function")
 attr(shm_multisession, "init") <- TRUE
 attr(shm_multisession, "untweakable") <- "persistent"
-# future 1.32-1.3x stop a plan's workers on plan() by calling its "cleanup"
-# attribute: shm_multisession's workers are multisession's, so it is
-# multisession's own (future 1.31 has none and stops them itself; from 1.40 the
-# backend does).
+# future >= 1.32 call a plan's "cleanup" attribute when the plan changes: the
+# user's future.globals.maxSize comes back (globals-limit.R), and the workers,
+# which are multisession's, are stopped by multisession's own cleanup (future
+# 1.32-1.3x; future 1.31 has none and stops them itself, from 1.40 the backend
+# does).
 attr(shm_multisession, "cleanup") <- function() {
+  restore_globals_limit()
   cleanup <- attr(future::multisession, "cleanup", exact = TRUE)
   if (is.function(cleanup)) cleanup()
   invisible()
@@ -121,6 +131,7 @@ attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
+  lift_globals_limit()
   core <- nodelay_sockets(
     future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs, ...))
   if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
@@ -141,158 +152,39 @@ check_future_workers <- function(workers) {
   structure(check_worker_count(workers, "workers"), class = class(workers))
 }
 
-# ---- the globals walk ---------------------------------------------------------
+# ---- the globals of a future ------------------------------------------------
 
-# Bytes of the data of a shareable vector (no object.size(): it is slow on long
-# vectors and we only need an order of magnitude).
-data_bytes <- function(x) {
-  if (is.character(x)) return(character_bytes(x))
-  as.numeric(length(x)) * switch(typeof(x), logical = 4, integer = 4, double = 8,
-                                 complex = 16, raw = 1, 0)
-}
-
-# Bytes a character vector would take to serialize: a pointer-sized entry per
-# element plus its text (counting the text only when the entries alone are
-# below the threshold, since nchar() walks every string).
-character_bytes <- function(x, threshold = share_threshold()) {
-  entries <- 8 * as.numeric(length(x))
-  if (entries >= threshold) return(entries)
-  entries + sum(nchar(x, type = "bytes"), na.rm = TRUE)
-}
-
-# Replace every shareable vector >= threshold in `x` (walking lists and data
-# frame columns) by its view and return the result. Appends the views (new or
-# already present) to state$views; the first pageshare_error met is kept in
-# state$failed (nothing more is shared from then on).
-swap_in_views <- function(x, threshold, state, depth = 0L) {
-  if (is_shared(x)) {
-    # A view stays itself (a received one too); if it was written in place
-    # since, share() gives a new copy.
-    v <- tryCatch(share(x), pageshare_error = function(e) x)
-    state$views[[length(state$views) + 1L]] <- v
-    return(v)
-  }
-  if (is_shareable_vector(x)) {
-    if (!is.null(state$failed) || data_bytes(x) < threshold) return(x)
-    v <- tryCatch(share(x), pageshare_error = function(e) {
-      state$failed <- e
-      NULL
-    })
-    if (is.null(v)) return(x)
-    state$views[[length(state$views) + 1L]] <- v
-    return(v)
-  }
-  if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L &&
-      isTRUE(.Call(ps_worth_walking, x, threshold))) {
-    out <- NULL
-    for (i in seq_along(x)) {
-      el <- .subset2(x, i)
-      if (is.null(el)) next
-      before <- length(state$views)
-      new <- swap_in_views(el, threshold, state, depth + 1L)
-      if (length(state$views) > before) {
-        if (is.null(out)) out <- unclass(x)
-        out[i] <- list(new)
-      }
-    }
-    if (!is.null(out)) {
-      attributes(out) <- attributes(x)
-      return(out)
-    }
-  }
-  x
-}
-
-# The globals of a future with large shareable leaves swapped for views.
-# Returns NULL when nothing is (or can be) shared; otherwise the new globals
-# with attributes "pageshare_views" (keep them alive until the result is in)
-# and "pageshare_restore" (bindings swapped in closure environments; put them
-# back with restore_bindings() once the future has been sent). When they cannot
-# be shared, warns once per set of workers (`plan_key`; a future_lapply() makes
-# many futures), and not at all without a key.
+# The globals of a future with what the sharing rule shares swapped for views
+# (R/sharing-rule.R). Returns NULL when nothing is shared; otherwise the new
+# globals with attributes "pageshare_views" (keep them alive until the result
+# is in), "pageshare_restore" (bindings swapped in closure frames; put them
+# back with restore_shared() once the future has been sent) and
+# "pageshare_changed" (the names of the globals replaced). What cannot be
+# shared is sent plainly, with the fallback warning once per set of workers
+# (`plan_key`), and none without a key.
 share_globals <- function(globals, plan_key = NULL) {
   if (length(globals) == 0L) return(NULL)
-  state <- new.env(parent = emptyenv())
-  state$views <- list()
-  state$failed <- NULL
-  state$restore <- list()
-  state$envs <- list()
-  threshold <- share_threshold()
+  state <- share_state()
   g <- globals
+  changed <- character()
   for (i in seq_along(globals)) {
     el <- .subset2(globals, i)
-    if (is.null(el)) next
-    if (typeof(el) == "closure") {
-      swap_in_closure_env(environment(el), threshold, state)
-      next
-    }
     before <- length(state$views)
-    new <- swap_in_views(el, threshold, state)
-    if (length(state$views) > before) g[[names(globals)[i]]] <- new
-  }
-  if (!is.null(state$failed)) {
-    restore_bindings(state$restore)
-    if (length(plan_key) == 1L && is.null(fallback_warned[[plan_key]])) {
-      fallback_warned[[plan_key]] <- TRUE
-      warning(structure(class = c("pageshare_fallback", "warning", "condition"), list(
-        message = sprintf(paste0(
-          "pageshare: a global could not be put into shared memory (%s); ",
-          "futures send such globals by plain serialization, as multisession does ",
-          "(this warning is given once for these workers)"),
-          conditionMessage(state$failed)),
-        call = NULL)))
+    new <- share_walk(el, state)
+    if (length(state$views) > before && typeof(el) != "closure") {
+      g[[names(globals)[i]]] <- new
+      changed <- c(changed, names(globals)[i])
     }
+  }
+  if (!is.null(plan_key)) warn_fallback(state, plan_key)
+  if (length(state$views) == 0L) {
+    restore_shared(state)
     return(NULL)
   }
-  if (length(state$views) == 0L) return(NULL)
   attr(g, "pageshare_views") <- state$views
   attr(g, "pageshare_restore") <- state$restore
+  attr(g, "pageshare_changed") <- changed
   g
-}
-
-# A function global (future.apply's FUN, a closure made inside a function)
-# carries its environment chain, up to the global environment, when it is
-# serialized, and large objects it uses often live there rather than among the
-# globals. Bindings there that hold large shareable values (plain bindings only:
-# promises are never forced, active and locked bindings are left alone) are
-# swapped for views *in place* while the future is sent, and put back
-# afterwards (restore_bindings()). A view has the same value as what it
-# replaces, so code that runs meanwhile sees the same data.
-swap_in_closure_env <- function(env, threshold, state) {
-  depth <- 0L
-  while (is.environment(env) && depth < 25L && !is_stop_env(env)) {
-    seen <- FALSE
-    for (e in state$envs) if (identical(e, env)) { seen <- TRUE; break }
-    if (seen) return(invisible())
-    state$envs[[length(state$envs) + 1L]] <- env
-    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) {
-      if (bindingIsActive(nm, env) || bindingIsLocked(nm, env)) next
-      # substitute() gives a plain binding's value, and a promise's code
-      # (without forcing it).
-      val <- do.call(substitute, list(as.name(nm), env))
-      if (!(is_shareable_vector(val) && data_bytes(val) >= threshold) && typeof(val) != "list") next
-      before <- length(state$views)
-      new <- swap_in_views(val, threshold, state)
-      if (length(state$views) > before && is.null(state$failed)) {
-        state$restore[[length(state$restore) + 1L]] <- list(env = env, name = nm, value = val)
-        assign(nm, new, envir = env)
-      }
-    }
-    env <- parent.env(env)
-    depth <- depth + 1L
-  }
-  invisible()
-}
-
-is_stop_env <- function(env) {
-  identical(env, globalenv()) || identical(env, emptyenv()) || identical(env, baseenv()) ||
-    isNamespace(env) || startsWith(environmentName(env), "package:") ||
-    environmentIsLocked(env)
-}
-
-restore_bindings <- function(restore) {
-  for (r in rev(restore)) assign(r$name, r$value, envir = r$env)
-  invisible()
 }
 
 # Workers must have pageshare loaded before they receive a handle (an ALTREP
@@ -304,7 +196,7 @@ checked_clusters <- new.env(parent = emptyenv())
 check_workers_have_pageshare <- function(cl, reg) {
   name <- attr(cl, "name", exact = TRUE)
   if (is.null(name) || isTRUE(checked_clusters[[name]])) return(invisible())
-  FutureRegistry <- get("FutureRegistry", envir = asNamespace("future"))
+  FutureRegistry <- foreign_internal("future", "FutureRegistry")
   if (length(FutureRegistry(reg, action = "list")) > 0L) return(invisible()) # busy: next time
   # (A failing call, e.g. a dead worker, is left for future to report.)
   ok <- tryCatch(unlist(parallel::clusterCall(cl, function() {
@@ -343,10 +235,10 @@ worker_result <- function(res, threshold) {
   value <- res$value
   shared <- NULL
   if (!is.null(value) && (is_shareable_vector(value) || typeof(value) == "list")) {
-    state <- new.env(parent = emptyenv())
-    state$views <- list()
-    state$failed <- NULL
-    shared <- tryCatch(swap_in_views(value, threshold, state), error = function(e) NULL)
+    state <- share_state()
+    state$threshold <- threshold
+    state$frames <- FALSE
+    shared <- tryCatch(share_walk(value, state), error = function(e) NULL)
     if (is.null(shared) || !is.null(state$failed) || length(state$views) == 0L) {
       shared <- NULL
     }
@@ -420,8 +312,6 @@ share_results_enabled <- function() {
   isTRUE(getOption("pageshare.share_results", TRUE))
 }
 
-# The sets of workers (plan keys) that gave their fallback warning already.
-fallback_warned <- new.env(parent = emptyenv())
 
 # ---- future 1.31: the run() method --------------------------------------------
 
@@ -430,7 +320,7 @@ run.ShmMultisessionFuture <- function(future, ...) {
   cl <- future$workers
   key <- sprintf("workers-%s", attr(cl, "name", exact = TRUE))
   check_workers_have_pageshare(cl, key)
-  undo <- prepare_launch(future, key, pack = TRUE)
+  undo <- prepare_launch(future, key, pack = TRUE, check_size = TRUE)
   on.exit(undo(), add = TRUE)
   if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod()
 }
@@ -443,7 +333,7 @@ run.ShmMultisessionFuture <- function(future, ...) {
 # views must outlive the launch: the worker maps them when it unserializes,
 # possibly after the launch returned; they stay in future$pageshare_views until
 # the result has been collected (result() below) or with the future.
-prepare_launch <- function(future, plan_key, pack = FALSE) {
+prepare_launch <- function(future, plan_key, pack = FALSE, check_size = FALSE) {
   orig_expr <- future[["expr"]]
   orig <- future[["globals"]]
   expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
@@ -457,6 +347,16 @@ prepare_launch <- function(future, plan_key, pack = FALSE) {
     attr(shared, "pageshare_restore") <- NULL
     globals <- shared
   }
+  if (check_size) {
+    ok <- FALSE
+    on.exit(if (!ok) {
+      restore_shared(restore)
+      future[["pageshare_views"]] <- NULL
+    }, add = TRUE)
+    check_serialized_size(orig, globals, future[["expr"]])
+    ok <- TRUE
+  }
+  attr(globals, "pageshare_changed") <- NULL
   if (pack && length(globals) >= 2L) {
     globals <- pack_globals(globals)
     expr <- unpack_globals_expr(expr)
@@ -466,7 +366,7 @@ prepare_launch <- function(future, plan_key, pack = FALSE) {
   undo <- function() {
     future[["expr"]] <- orig_expr
     future[["globals"]] <- orig
-    restore_bindings(restore)
+    restore_shared(restore)
   }
   structure(undo, shared = !is.null(shared))
 }
@@ -518,7 +418,7 @@ resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
 
 # future's id of this R session (futures record it as their owner).
 session_uuid <- function() {
-  get("session_uuid", envir = asNamespace("future"), mode = "function")()
+  foreign_internal("future", "session_uuid")()
 }
 
 # TRUE when `x` is running and its worker has sent nothing within the timeout
@@ -557,24 +457,31 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
 }
 
 # future >= 1.40 checks the globals' total size against the backend's
-# maxSizeOfObjects (option future.globals.maxSize) in the backend, before
-# launchFuture(). The limit guards against copying large objects to workers;
-# what shm_multisession sends as a handle is therefore counted as the handle:
-# the globals are shared here (launchFuture() then finds the same segments in
-# the identity cache) and measured the way future measures them, inside a
-# handle scope. A future still above the limit gets future's own error.
+# maxSizeOfObjects in the backend, before launchFuture(). The limit guards
+# against copying large objects to workers; what shm_multisession sends as a
+# handle is therefore counted as the handle: future's own check runs on the
+# globals as they will be sent (shared here; launchFuture() then finds the same
+# segments in the identity cache), measured inside the handle scope, against
+# the user's limit (see globals-limit.R). A future still above it gets
+# future's own error.
 validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, ...) {
-  max_size <- backend[["maxSizeOfObjects"]]
-  if (is.null(max_size) || is.infinite(max_size)) return(NextMethod())
-  shared <- share_globals(future[["globals"]])
+  old_limit <- backend[["maxSizeOfObjects"]]
+  backend[["maxSizeOfObjects"]] <- serialized_limit()
+  on.exit(backend[["maxSizeOfObjects"]] <- old_limit, add = TRUE)
+  if (is.infinite(backend[["maxSizeOfObjects"]])) return(NextMethod())
+  orig <- future[["globals"]]
+  shared <- share_globals(orig)
   if (is.null(shared)) return(NextMethod())
-  on.exit(restore_bindings(attr(shared, "pageshare_restore")), add = TRUE)
+  on.exit({
+    future[["globals"]] <- orig
+    restore_shared(attr(shared, "pageshare_restore"))
+  }, add = TRUE)
   attr(shared, "pageshare_views") <- NULL
   attr(shared, "pageshare_restore") <- NULL
-  objectSize <- get("objectSize", envir = asNamespace("future"), mode = "function")
-  size <- with_handles(sum(vapply(unclass(shared), function(g) as.numeric(objectSize(g)), 0)))
-  if (size <= max_size) return(future)
-  NextMethod()
+  attr(shared, "pageshare_changed") <- NULL
+  attr(shared, "total_size") <- NA_real_
+  future[["globals"]] <- shared
+  with_handles(NextMethod())
 }
 
 # ---- registration -------------------------------------------------------------
@@ -584,6 +491,7 @@ validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, 
 # handle load pageshare and should not pay for future).
 register_future_methods <- function(...) {
   ns <- asNamespace("future")
+  check_foreign_internals("future")
   registerS3method("run", "ShmMultisessionFuture", run.ShmMultisessionFuture, envir = ns)
   registerS3method("result", "ShmMultisessionFuture", result.ShmMultisessionFuture, envir = ns)
   registerS3method("resolved", "ShmMultisessionFuture", resolved.ShmMultisessionFuture, envir = ns)

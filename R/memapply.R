@@ -168,20 +168,20 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
     local <- is_local_cluster(cl)
   }
   k <- min(length(cl), n, if (is.null(MAX.CORES)) Inf else MAX.CORES)
+  state <- share_state()
   if (local) {
-    state <- new.env(parent = emptyenv())
-    threshold <- share_threshold()
-    X <- share_large(X, state, threshold)
-    if (length(VARS)) VARS <- lapply(VARS, share_large, state = state, threshold = threshold)
-    # data captured in FUN's own frame crosses as views too
-    FUN <- share_fun_env(FUN, state, threshold)
+    X <- share_walk(X, state)
+    if (length(VARS)) VARS <- lapply(VARS, share_walk, state = state)
+    # data in the frames FUN carries (a function made inside another) too
+    share_walk(FUN, state)
+    on.exit(restore_shared(state), add = TRUE)
+    warn_fallback(state)
   }
   chunks <- if (k == 1L) list(seq_len(n)) else parallel::splitIndices(n, k)
   # One message per worker: X and VARS (views travel as handles) and a chunk of
   # indices. X and VARS stay referenced here until every result is back.
   # The handle scope only when a view is actually sent (it costs a little).
-  local <- local && (has_view(X) || has_view(VARS) ||
-                       typeof(FUN) == "closure" && is_frame_env(environment(FUN)))
+  local <- local && length(state$views) > 0L
   res <- with_pool_health(
     with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS)),
     cl, is.null(CLUSTER), function(i) sprintf("%s %s of %s()", what, describe_range(chunks[[i]]), caller))
@@ -222,15 +222,6 @@ mem_worker <- function(idx, X, mode, FUN, VARS) {
     if (!is.null(r)) out[[j]] <- r
   }
   out
-}
-
-# Does x (or an element of a list x, recursively) hold a view?
-has_view <- function(x) {
-  if (is_shared(x)) return(TRUE)
-  if (typeof(x) == "list") {
-    for (el in x) if (has_view(el)) return(TRUE)
-  }
-  FALSE
 }
 
 describe_range <- function(idx) {

@@ -26,6 +26,7 @@ pageshare_messages <- list(
   vars_format = "`VARS` must be a named list of values or a character vector of variables registered in `NAMESPACE`",
   fun_failed = "%s: `FUN` failed on %s: %s",
   worker_died = "worker process %s of pageshare's pool died while running %s (%s); the pool was stopped and the next call starts a new one",
+  foreign_internal = "pageshare needs %s's internal function %s(), which the installed version %s does not have; please report this with the version",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 
@@ -33,7 +34,8 @@ pageshare_messages <- list(
 pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
-  need_foreach = "missing_package", fun_failed = "task_failed", worker_died = "worker_died")
+  need_foreach = "missing_package", fun_failed = "task_failed", worker_died = "worker_died",
+  foreign_internal = "internal")
 
 pageshare_stop <- function(key, ..., call = NULL) {
   msg <- do.call(sprintf, c(list(pageshare_messages[[key]]), list(...)))

@@ -43,11 +43,13 @@ arm_gc_hook <- function() {
 
 rearm_after_task <- function(expr, value, ok, visible) {
   arm_gc_hook()
+  watch_globals_limit()
   TRUE
 }
 
 .onUnload <- function(libpath) {
   removeTaskCallback("pageshare")
+  restore_globals_limit()
   # Stop pageshare's own worker pool first: its workers may hold views.
   tryCatch(stop_pool(pool), error = function(e) NULL)
   # Unlink every segment this process owns. The DLL stays loaded: views that

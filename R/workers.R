@@ -113,59 +113,6 @@ with_handles_if <- function(local, expr) {
   if (local) with_handles(expr) else expr
 }
 
-# Replace large shareable values (vectors; lists/data frames leaf by leaf) by
-# views. `state` is an environment; `state$warned` makes the fallback warn once.
-# A failure to share (e.g. a full /dev/shm) sends the plain value.
-share_large <- function(x, state, threshold = share_threshold()) {
-  if (is.null(x) || is.function(x) || is.environment(x)) return(x)
-  if (is_shareable_vector(x)) {
-    if (is_shared(x) || as.numeric(utils::object.size(x)) < threshold) return(x)
-    return(try_share(x, state))
-  }
-  if (typeof(x) == "list" && !isS4(x) && length(x)) {
-    if (as.numeric(utils::object.size(x)) < threshold) return(x)
-    # Inside a large list, share every leaf of at least one page.
-    leaf <- min(threshold, 4096)
-    changed <- FALSE
-    out <- x
-    for (i in seq_along(x)) {
-      el <- x[[i]]
-      before <- state$count %||% 0L
-      new <- if (is_shareable_vector(el)) {
-        if (!is_shared(el) && as.numeric(utils::object.size(el)) >= leaf) try_share(el, state) else el
-      } else if (typeof(el) == "list") {
-        share_large(el, state, leaf)
-      } else el
-      if ((state$count %||% 0L) > before) {
-        if (!changed) {
-          attrs <- attributes(x)
-          out <- unclass(x)
-          changed <- TRUE
-        }
-        out[i] <- list(new)
-      }
-    }
-    if (changed) attributes(out) <- attrs
-    return(out)
-  }
-  x
-}
-
-try_share <- function(x, state) {
-  tryCatch({
-    v <- share(x)
-    state$count <- (state$count %||% 0L) + 1L
-    v
-  }, pageshare_error = function(e) {
-    if (!isTRUE(state$warned)) {
-      state$warned <- TRUE
-      warning(sprintf("pageshare: sending data by plain serialization instead of shared memory: %s",
-                      conditionMessage(e)), call. = FALSE)
-    }
-    x
-  })
-}
-
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
 # A tiny uncompiled closure (environment: the global environment) that calls
@@ -181,36 +128,6 @@ worker_stub <- function(name) {
   f <- eval(call("function", as.pairlist(alist(... = )), body), globalenv())
   attr(f, "srcref") <- NULL
   f
-}
-
-# A closure whose environment is a function frame (not the global environment,
-# a namespace or a package) carries that frame when serialized. If the frame
-# holds large shareable values, return a copy of the closure whose environment
-# is a copy of the frame with those values replaced by views (same parent), so
-# that they cross as handles. Only the closure's own frame is looked at. A frame
-# that cannot be read (e.g. a promise that fails) leaves the closure unchanged.
-share_fun_env <- function(f, state, threshold = share_threshold()) {
-  if (typeof(f) != "closure") return(f)
-  e <- environment(f)
-  if (!is_frame_env(e)) return(f)
-  nms <- ls(e, all.names = TRUE)
-  if (!length(nms) || length(nms) > 1000L) return(f)
-  before <- state$count %||% 0L
-  out <- tryCatch({
-    vals <- mget(nms, envir = e, inherits = FALSE)
-    shared <- lapply(vals, function(v) if (is.function(v)) v else share_large(v, state, threshold))
-    if ((state$count %||% 0L) == before) NULL else {
-      ne <- list2env(shared, parent = parent.env(e))
-      environment(f) <- ne
-      f
-    }
-  }, error = function(err) NULL)
-  if (is.null(out)) f else out
-}
-
-is_frame_env <- function(e) {
-  !(is.null(e) || identical(e, globalenv()) || identical(e, emptyenv()) || identical(e, baseenv()) ||
-      isNamespace(e) || startsWith(environmentName(e), "package:") || environmentIsLocked(e))
 }
 
 # An idle R process does not collect garbage, so a worker keeps the views of

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 packages=(r-base-dev r-cran-testthat r-cran-callr r-cran-ps r-cran-future r-cran-future.apply
-          r-cran-furrr r-cran-foreach r-cran-doparallel r-cran-iterators r-cran-progressr
+          r-cran-furrr r-cran-foreach r-cran-doparallel r-cran-dorng r-cran-iterators r-cran-progressr
           r-cran-bench r-cran-data.table r-cran-tibble r-cran-runit r-cran-roxygen2
           r-cran-knitr r-cran-rmarkdown r-cran-parallelly r-cran-globals qpdf tidy)
 missing=()

@@ -143,6 +143,47 @@ test_that(".errorhandling stop, remove and pass", {
   expect_identical(foreach(i = 1:3, .combine = c) %dopar% i, 1:3)
 })
 
+test_that("iterations are grouped into a few tasks per worker; .options.shm changes that", {
+  use_pool()
+  expect_equal(pageshare:::iteration_chunks(2000L, 2L, pageshare:::doshm_options(list())),
+               parallel::splitIndices(2000L, 4L))
+  expect_output(r <- foreach(i = 1:100, .combine = c, .verbose = TRUE) %dopar% sqrt(i),
+                "100 iteration\\(s\\) in 4 task\\(s\\)")
+  expect_identical(r, sqrt(1:100))
+  expect_output(foreach(i = 1:10, .verbose = TRUE, .options.shm = list(chunk.size = 1)) %dopar% i,
+                "10 iteration\\(s\\) in 10 task\\(s\\)")
+  expect_output(foreach(i = 1:10, .verbose = TRUE, .options.shm = list(scheduling = Inf)) %dopar% i,
+                "10 iteration\\(s\\) in 10 task\\(s\\)")
+  expect_output(foreach(i = 1:10, .verbose = TRUE, .options.shm = list(chunk.size = 3)) %dopar% i,
+                "10 iteration\\(s\\) in 4 task\\(s\\)")
+  expect_warning(foreach(i = 1:2, .options.shm = list(chunk.size = 0)) %dopar% i, "chunk.size")
+  # per-iteration semantics inside a task: errors, order, uneven work
+  body_fails <- function(i) if (i %% 7 == 0) stop("seven") else i
+  expect_identical(foreach(i = 1:30, .errorhandling = "remove", .combine = c) %dopar% body_fails(i),
+                   setdiff(1:30, c(7L, 14L, 21L, 28L)))
+  expect_error(foreach(i = 1:30) %dopar% body_fails(i), "task 7 failed - \"seven\"")
+  r <- foreach(i = 1:12, .combine = c) %dopar% { Sys.sleep(if (i < 3) 0.05 else 0); i }
+  expect_identical(r, 1:12)
+})
+
+test_that("doRNG gives the same numbers as with doParallel, chunked or not", {
+  skip_if_not_installed("doRNG")
+  skip_if_not_installed("doParallel")
+  `%dorng%` <- doRNG::`%dorng%`
+  cl <- parallel::makePSOCKcluster(2)
+  on.exit(parallel::stopCluster(cl), add = TRUE)
+  doParallel::registerDoParallel(cl)
+  set.seed(42)
+  ref <- foreach(i = 1:25, .combine = c) %dorng% runif(1)
+  use_pool()
+  set.seed(42)
+  ours <- foreach(i = 1:25, .combine = c) %dorng% runif(1)
+  set.seed(42)
+  ours1 <- foreach(i = 1:25, .combine = c, .options.shm = list(chunk.size = 1)) %dorng% runif(1)
+  expect_identical(unname(ours), unname(ref))
+  expect_identical(unname(ours1), unname(ref))
+})
+
 test_that(".verbose prints what the backend does", {
   use_pool()
   aa <- 1

@@ -62,6 +62,10 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_adopt / 1,
         ps_namespace_variables / 2,
         ps_free_bytes / 1,
+        ps_serialized_size / 1,
+        ps_binding / 2,
+        ps_restore_binding / 5,
+        ps_unlock_binding / 2,
     ];
     // R keeps the pointer: leak the table for the life of the process.
     let table: &'static [R_CallMethodDef] = Box::leak(Box::new(entries));

@@ -12,6 +12,17 @@ use pageshare_core::segment::{Contents, Handover};
 use pageshare_core::strings::{self, Encoding};
 use pageshare_core::{naming, registry, segment, sweep};
 use std::ffi::CStr;
+
+// Entry points written in C (src/*.c) because they call R functions that may
+// raise an R error, which must not unwind through Rust frames. (SEXP is a
+// pointer to R's opaque SEXPREC: FFI-safe as a pointer.)
+#[allow(improper_ctypes)]
+extern "C" {
+    pub fn ps_serialized_size(x: SEXP) -> SEXP;
+    pub fn ps_binding(env: SEXP, name: SEXP) -> SEXP;
+    pub fn ps_restore_binding(env: SEXP, name: SEXP, kind: SEXP, value: SEXP, saved: SEXP) -> SEXP;
+    pub fn ps_unlock_binding(env: SEXP, name: SEXP) -> SEXP;
+}
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 

@@ -1,0 +1,47 @@
+# Every unexported function or private field of another package that pageshare
+# uses, in one place, each with the reason no public API serves. They are
+# looked up through foreign_internal() only, and checked when the package they
+# belong to is loaded (check_foreign_internals()), so that a release of that
+# package that drops one gives a clear message instead of a failure deep
+# inside a launch.
+#
+# Private fields read (not functions, so not in the table): a future's
+# `globals`, `expr`, `state`, `result`, `owner`, `node`, `workers`/`backend`
+# (the run()/launchFuture() methods of a future subclass must change what is
+# sent and put it back), and a ClusterFutureBackend's `workers`, `reg`,
+# `futureClasses` and `maxSizeOfObjects` (future >= 1.40).
+
+foreign_internals <- list(
+  list(package = "future", name = "FutureRegistry",
+       why = "whether a cluster's workers are idle before pageshare checks they can load it"),
+  list(package = "future", name = "session_uuid",
+       why = "the id future records as a future's owner (a future of another session is future's to handle)"),
+  list(package = "future", name = "objectSize",
+       why = "future < 1.40 sizes globals this way; the size check of what is sent must count as future does"),
+  list(package = "future", name = "asIEC",
+       why = "future's own formatting of sizes in its globals-size error")
+)
+
+foreign_internal <- function(package, name) {
+  fun <- tryCatch(get(name, envir = asNamespace(package), mode = "function", inherits = FALSE),
+                  error = function(e) NULL)
+  if (is.null(fun)) pageshare_stop("foreign_internal", package, name, format(utils::packageVersion(package)))
+  fun
+}
+
+# The entries of `package` that its installed version does not have.
+missing_foreign_internals <- function(package) {
+  ns <- asNamespace(package)
+  names <- vapply(Filter(function(e) e$package == package, foreign_internals), `[[`, "", "name")
+  names[!vapply(names, exists, logical(1), envir = ns, mode = "function", inherits = FALSE)]
+}
+
+check_foreign_internals <- function(package) {
+  gone <- missing_foreign_internals(package)
+  if (length(gone)) {
+    packageStartupMessage(sprintf(
+      "pageshare: %s %s lacks %s, which pageshare uses; plan(shm_multisession) may fail (please report)",
+      package, utils::packageVersion(package), paste(gone, collapse = ", ")))
+  }
+  invisible(gone)
+}

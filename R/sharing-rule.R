@@ -1,0 +1,197 @@
+# What a front door shares: one rule, used by plan(shm_multisession) (the
+# globals of a future and the value a worker returns), registerDoShm()
+# (exported variables, the caller's `...`, iteration values) and
+# memApply()/memLapply() (X, VARS and FUN):
+#
+# * a view is sent as itself (a handle), re-shared if written in place since;
+# * a logical, integer, double, complex, raw or character vector (with any
+#   attributes) whose data take at least `threshold` bytes is shared;
+# * lists and data frames are walked (up to 50 levels), and so are the frames
+#   a closure carries when it is serialized (its environment and their parents
+#   up to the global environment, a namespace or a package): large values
+#   bound there, plainly or as forced promises, are swapped for views *in
+#   place* while the task is sent and put back right after (restore_shared());
+#   a view has the same value, so code that runs meanwhile sees the same
+#   data. Unforced promises are never forced; missing arguments and active
+#   bindings are left alone.
+#
+# A walk collects its state in a `share_state()`: the views made or met (they
+# must stay alive until the worker has mapped them), the bindings to put back,
+# the names of the globals it changed, and the first pageshare_error met
+# (nothing more is shared from then on: the door falls back to plain
+# serialization, see warn_fallback()).
+
+share_state <- function() {
+  state <- new.env(parent = emptyenv())
+  state$views <- list()
+  state$failed <- NULL
+  state$restore <- list()
+  state$envs <- list()
+  state$threshold <- share_threshold()
+  state$frames <- TRUE   # walk closures' frames (FALSE where nothing could put them back)
+  state
+}
+
+# Bytes of the data of a shareable vector (no object.size(): it is slow on long
+# vectors and only an order of magnitude is needed).
+data_bytes <- function(x, threshold = share_threshold()) {
+  if (is.character(x)) return(character_bytes(x, threshold))
+  as.numeric(length(x)) * switch(typeof(x), logical = 4, integer = 4, double = 8,
+                                 complex = 16, raw = 1, 0)
+}
+
+# Bytes a character vector takes to serialize: a pointer-sized entry per
+# element plus its text (the text counted only when the entries alone are
+# below the threshold, since nchar() walks every string).
+character_bytes <- function(x, threshold = share_threshold()) {
+  entries <- 8 * as.numeric(length(x))
+  if (entries >= threshold) return(entries)
+  entries + sum(nchar(x, type = "bytes"), na.rm = TRUE)
+}
+
+# `x` with every value the rule shares replaced by its view.
+share_walk <- function(x, state, depth = 0L) {
+  if (is.null(x)) return(x)
+  if (is_shared(x)) {
+    v <- tryCatch(share(x), pageshare_error = function(e) x)
+    state$views[[length(state$views) + 1L]] <- v
+    return(v)
+  }
+  if (is_shareable_vector(x)) {
+    if (!is.null(state$failed) || data_bytes(x, state$threshold) < state$threshold) return(x)
+    v <- tryCatch(share(x), pageshare_error = function(e) {
+      state$failed <- e
+      NULL
+    })
+    if (is.null(v)) return(x)
+    state$views[[length(state$views) + 1L]] <- v
+    return(v)
+  }
+  if (typeof(x) == "closure") {
+    if (isTRUE(state$frames)) share_in_frames(environment(x), state)
+    return(x)
+  }
+  if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L &&
+      isTRUE(.Call(ps_worth_walking, x, state$threshold))) {
+    out <- NULL
+    for (i in seq_along(x)) {
+      el <- .subset2(x, i)
+      if (is.null(el)) next
+      before <- length(state$views)
+      new <- share_walk(el, state, depth + 1L)
+      if (length(state$views) > before && !identical(typeof(el), "closure")) {
+        if (is.null(out)) out <- unclass(x)
+        out[i] <- list(new)
+      }
+    }
+    if (!is.null(out)) {
+      attributes(out) <- attributes(x)
+      return(out)
+    }
+  }
+  x
+}
+
+# The frames a closure carries (its environment and their parents, up to 25,
+# until the global environment, a namespace or a package): large values bound
+# there are swapped for views in place (see the rule above).
+share_in_frames <- function(env, state) {
+  depth <- 0L
+  while (is.environment(env) && depth < 25L && !is_shared_scope(env)) {
+    for (e in state$envs) if (identical(e, env)) return(invisible())
+    state$envs[[length(state$envs) + 1L]] <- env
+    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) share_binding(env, nm, state)
+    env <- parent.env(env)
+    depth <- depth + 1L
+  }
+  invisible()
+}
+
+# Binding types of ps_binding() (src/bindings.c).
+binding_types <- c(unbound = 0L, value = 1L, missing = 2L, delayed = 3L, forced = 4L,
+                   active = 5L, promise = 6L)
+
+share_binding <- function(env, name, state) {
+  b <- .Call(ps_binding, env, name)
+  type <- b[[1L]]
+  value <- b[[2L]]
+  if (type == binding_types[["promise"]]) {
+    # R 4.5 cannot tell a forced promise from an unforced one; a promise of a
+    # variable's value (the usual argument) is read, which is a lookup.
+    if (!is.symbol(do.call(substitute, list(as.name(name), env)))) return(invisible())
+    value <- tryCatch(get(name, envir = env, inherits = FALSE), error = function(e) NULL)
+  } else if (!type %in% binding_types[c("value", "forced")]) {
+    return(invisible())
+  }
+  if (typeof(value) == "closure") {
+    share_in_frames(environment(value), state)
+    return(invisible())
+  }
+  if (!(is_shareable_vector(value) || typeof(value) == "list")) return(invisible())
+  before <- length(state$views)
+  new <- share_walk(value, state)
+  if (length(state$views) > before && is.null(state$failed)) {
+    state$restore[[length(state$restore) + 1L]] <-
+      list(env = env, name = name, type = type, value = value, saved = b[[3L]])
+    set_binding(env, name, new)
+  }
+  invisible()
+}
+
+# Assigns in place, keeping a locked binding locked.
+set_binding <- function(env, name, value) {
+  locked <- bindingIsLocked(name, env)
+  if (locked) .Call(ps_unlock_binding, env, name)
+  on.exit(if (locked) lockBinding(name, env))
+  assign(name, value, envir = env)
+}
+
+# Puts back every binding the walk swapped (last first), as it was (a forced
+# promise as that promise).
+restore_shared <- function(state) {
+  restore <- if (is.environment(state)) state$restore else state
+  for (r in rev(restore)) {
+    locked <- bindingIsLocked(r$name, r$env)
+    if (locked) .Call(ps_unlock_binding, r$env, r$name)
+    .Call(ps_restore_binding, r$env, r$name, r$type, r$value, r$saved)
+    if (locked) lockBinding(r$name, r$env)
+  }
+  if (is.environment(state)) state$restore <- list()
+  invisible()
+}
+
+# Environments whose bindings are everyone's, not a closure's own: never
+# changed, and a walk stops there.
+is_shared_scope <- function(env) {
+  identical(env, globalenv()) || identical(env, emptyenv()) || identical(env, baseenv()) ||
+    isNamespace(env) || startsWith(environmentName(env), "package:")
+}
+
+# The warning of a door that falls back to plain serialization (state$failed
+# set): once per set of workers when `key` is given (a future_lapply() makes
+# many futures), otherwise once per call.
+warn_fallback <- function(state, key = NULL) {
+  if (is.null(state$failed)) return(invisible(FALSE))
+  if (length(key) == 1L) {
+    if (isTRUE(fallback_warned[[key]])) return(invisible(TRUE))
+    fallback_warned[[key]] <- TRUE
+  }
+  warning(structure(class = c("pageshare_fallback", "warning", "condition"), list(
+    message = sprintf(paste0(
+      "pageshare: a value could not be put into shared memory (%s); ",
+      "it is sent by plain serialization%s"),
+      conditionMessage(state$failed),
+      if (length(key) == 1L) " (this warning is given once for these workers)" else ""),
+    call = NULL)))
+  invisible(TRUE)
+}
+
+# The sets of workers (plan keys) that gave their fallback warning already.
+fallback_warned <- new.env(parent = emptyenv())
+
+# Views of a walk, each segment once.
+unique_views <- function(views) {
+  if (!length(views)) return(views)
+  names <- vapply(views, function(v) as.character(shared_info(v)$name), "")
+  views[!duplicated(names)]
+}

@@ -1,0 +1,79 @@
+/* What a binding in a function frame holds, without forcing a promise, and how
+ * to put it back: a closure's frame is serialized with the closure, so the
+ * front doors swap large values in it for views while a task is sent
+ * (R/sharing-rule.R). R offers this as API from R 4.6 on (R_GetBindingType);
+ * before, a frame's promise is read with Rf_findVarInFrame, and its value, when
+ * forced, with PRVALUE (R < 4.5; R 4.5 has neither, so there the state of a
+ * promise is unknown and R decides what to do without forcing it). */
+#include <Rinternals.h>
+#include <Rversion.h>
+
+enum { B_UNBOUND = 0, B_VALUE = 1, B_MISSING = 2, B_DELAYED = 3, B_FORCED = 4, B_ACTIVE = 5, B_PROMISE = 6 };
+
+static SEXP result(int type, SEXP value, SEXP saved) {
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 3));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarInteger(type));
+  SET_VECTOR_ELT(out, 1, value);
+  SET_VECTOR_ELT(out, 2, saved);
+  UNPROTECT(1);
+  return out;
+}
+
+/* list(type, value, saved): `value` for a value binding or a forced promise
+ * (else NULL), `saved` what ps_restore_binding() needs to put it back. */
+SEXP ps_binding(SEXP env, SEXP name) {
+  SEXP sym = Rf_installChar(STRING_ELT(name, 0));
+  if (!R_existsVarInFrame(env, sym)) return result(B_UNBOUND, R_NilValue, R_NilValue);
+  if (R_BindingIsActive(sym, env)) return result(B_ACTIVE, R_NilValue, R_NilValue);
+#if R_VERSION >= R_Version(4, 6, 0)
+  switch (R_GetBindingType(sym, env)) {
+  case R_BindingTypeValue: {
+    SEXP v = R_getVar(sym, env, FALSE);
+    return result(B_VALUE, v, v);
+  }
+  case R_BindingTypeForced: {
+    SEXP v = PROTECT(R_getVar(sym, env, FALSE)); /* forced: no evaluation */
+    SEXP out = result(B_FORCED, v, R_ForcedBindingExpression(sym, env));
+    UNPROTECT(1);
+    return out;
+  }
+  case R_BindingTypeMissing: return result(B_MISSING, R_NilValue, R_NilValue);
+  case R_BindingTypeDelayed: return result(B_DELAYED, R_NilValue, R_NilValue);
+  default: return result(B_UNBOUND, R_NilValue, R_NilValue);
+  }
+#else
+  SEXP v = Rf_findVarInFrame(env, sym);
+  if (v == R_UnboundValue) return result(B_UNBOUND, R_NilValue, R_NilValue);
+  if (v == R_MissingArg) return result(B_MISSING, R_NilValue, R_NilValue);
+  if (TYPEOF(v) != PROMSXP) return result(B_VALUE, v, v);
+#if R_VERSION < R_Version(4, 5, 0)
+  if (PRVALUE(v) == R_UnboundValue) return result(B_DELAYED, R_NilValue, R_NilValue);
+  return result(B_FORCED, PRVALUE(v), v);
+#else
+  return result(B_PROMISE, R_NilValue, v);
+#endif
+#endif
+}
+
+/* Puts back what ps_binding() saved, replacing a view swapped in meanwhile. */
+SEXP ps_restore_binding(SEXP env, SEXP name, SEXP type, SEXP value, SEXP saved) {
+  SEXP sym = Rf_installChar(STRING_ELT(name, 0));
+#if R_VERSION >= R_Version(4, 6, 0)
+  if (Rf_asInteger(type) == B_FORCED) {
+    R_MakeForcedBinding(sym, saved, value, env);
+    return R_NilValue;
+  }
+#else
+  (void)type;
+  (void)value;
+#endif
+  Rf_defineVar(sym, saved, env);
+  return R_NilValue;
+}
+
+/* A locked binding that holds a large value is swapped too (and locked again
+ * right after): R_unLockBinding is API, base::unlockBinding() is not for packages. */
+SEXP ps_unlock_binding(SEXP env, SEXP name) {
+  R_unLockBinding(Rf_installChar(STRING_ELT(name, 0)), env);
+  return R_NilValue;
+}

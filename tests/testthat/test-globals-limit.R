@@ -1,0 +1,99 @@
+# future.globals.maxSize under plan(shm_multisession): shared globals count as
+# their handles wherever future, future.apply and furrr check the limit; what
+# is still serialized stays under it; the option comes back with the plan.
+
+skip_if_not_installed("future")
+skip_if_not_installed("future.apply")
+skip_on_os(c("windows", "mac", "solaris"))
+
+limit_plan <- function(limit, env = parent.frame()) {
+  old <- options(future.globals.maxSize = limit)     # the user's own value
+  future::plan(pageshare::shm_multisession, workers = 2)
+  withr_defer <- function() {
+    future::plan(future::sequential)
+    pageshare:::watch_globals_limit()   # what the end of the top-level call runs
+    options(old)
+  }
+  do.call(base::on.exit, list(substitute(f(), list(f = withr_defer)), add = TRUE), envir = env)
+}
+
+test_that("with a lowered limit, shared globals pass every front door of the futureverse", {
+  limit_plan(1e6)
+  X <- matrix(as.double(seq_len(3e5)), ncol = 30)   # 2.4 MB > 1 MB: shared
+  cs <- colSums(X)
+  `%<-%` <- future::`%<-%`
+  expect_equal(future::value(future::future(sum(X))), sum(X))
+  s %<-% sum(X)
+  expect_equal(s, sum(X))
+  expect_equal(unlist(future.apply::future_lapply(seq_len(ncol(X)), function(j) sum(X[, j]))), cs)
+  expect_equal(future.apply::future_sapply(seq_len(ncol(X)), function(j) sum(X[, j])), cs)
+  expect_equal(future.apply::future_apply(X, 2, sum), cs)
+  expect_equal(future.apply::future_mapply(function(j, k) sum(X[, j]) + k, seq_len(ncol(X)), 1),
+               cs + 1)
+  if (requireNamespace("furrr", quietly = TRUE)) {
+    expect_equal(furrr::future_map_dbl(seq_len(ncol(X)), function(j) sum(X[, j])), cs)
+  }
+  # code inside a function: X an argument, FUN a closure over it
+  inside <- function(M) future.apply::future_sapply(seq_len(ncol(M)), function(j) sum(M[, j]))
+  expect_equal(inside(X), cs)
+})
+
+test_that("what is still serialized hits the user's limit as under multisession", {
+  limit_plan(1e6)
+  small <- lapply(1:300, function(i) runif(1000))    # 2.4 MB in pieces below the threshold
+  e <- new.env()
+  e$big <- runif(3e5)                                # 2.4 MB in an environment
+  expect_error(future::value(future::future(length(small))), "exceeds the maximum allowed size")
+  expect_error(future::value(future::future(length(e$big))), "exceeds the maximum allowed size")
+  # (future.apply >= 1.20 also warns that it cancels the other futures)
+  expect_error(suppressWarnings(future.apply::future_sapply(1:2, function(i) length(e$big))), "exceeds")
+  # within the limit: fine
+  part <- small[1:50]
+  expect_identical(future::value(future::future(length(part))), 50L)
+})
+
+test_that("the user's value is back once the plan changes, and a value set meanwhile is honoured", {
+  old <- options(future.globals.maxSize = 123456789)
+  on.exit(options(old), add = TRUE)
+  future::plan(pageshare::shm_multisession, workers = 2)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  expect_gt(getOption("future.globals.maxSize"), 1e299)
+  expect_identical(pageshare:::serialized_limit(), 123456789)
+  options(future.globals.maxSize = 2e6)     # set while the plan is active
+  pageshare:::watch_globals_limit()
+  expect_identical(pageshare:::serialized_limit(), 2e6)
+  expect_gt(getOption("future.globals.maxSize"), 1e299)
+  future::plan(future::sequential)
+  pageshare:::watch_globals_limit()
+  expect_identical(getOption("future.globals.maxSize"), 2e6)
+})
+
+test_that("in a real session the option comes back after the top-level call that changes the plan", {
+  skip_if_not_installed("callr")
+  out <- callr::r(function() {
+    library(future)
+    res <- list(before = getOption("future.globals.maxSize"))
+    plan(pageshare::shm_multisession, workers = 2)
+    res$during <- getOption("future.globals.maxSize")
+    plan(sequential)
+    res$same_call <- getOption("future.globals.maxSize")
+    res
+  })
+  expect_null(out$before)
+  expect_gt(out$during, 1e299)
+  # future >= 1.32 call the plan's cleanup when it changes: back at once
+  if (utils::packageVersion("future") >= "1.32.0") expect_null(out$same_call)
+  # Rscript: each top-level expression is a task; the callback runs after it.
+  script <- tempfile(fileext = ".R")
+  writeLines(c(
+    "library(future)",
+    "options(future.globals.maxSize = 7e6)",
+    "plan(pageshare::shm_multisession, workers = 2)",
+    "during <- getOption('future.globals.maxSize')",
+    "plan(multisession, workers = 2)",
+    "after <- getOption('future.globals.maxSize')",
+    "plan(sequential)",
+    "cat(during > 1e299, after, '\\n')"), script)
+  res <- system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE)
+  expect_identical(trimws(tail(res, 1)), "TRUE 7e+06")
+})

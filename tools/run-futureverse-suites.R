@@ -1,0 +1,108 @@
+#!/usr/bin/env Rscript
+# Run future.apply's or furrr's own test suite under plan(shm_multisession) and,
+# for comparison, plan(multisession), and report every difference.
+#
+#   Rscript tools/run-futureverse-suites.R --suite=future.apply --source=DIR [--plans=shm_multisession,multisession]
+#   Rscript tools/run-futureverse-suites.R --suite=furrr --source=DIR
+#
+# DIR is the package's source tree at the version installed (its tests/
+# directory is used; e.g. the public repository at the release tag, or the
+# Debian source package). The suites choose their plans themselves: the copy
+# of their test helpers run here is told to use only the plan under test
+# (future.apply: supportedStrategies() in tests/incl/start,load-only.R; furrr:
+# supported_strategies() in tests/testthat/helper-furrr-test-that.R).
+# future.apply's scripts run one R process each; furrr's testthat files run in
+# one process per plan. Exits with status 1 when shm_multisession fails where
+# multisession passes, and skips (status 0) when DIR has no such suite.
+args <- commandArgs(trailingOnly = TRUE)
+opt <- function(name, default = NA) {
+  a <- grep(sprintf("^--%s=", name), args, value = TRUE)
+  if (length(a)) sub(sprintf("^--%s=", name), "", a[length(a)]) else default
+}
+suite <- opt("suite")
+source_dir <- opt("source")
+plans <- strsplit(opt("plans", "shm_multisession,multisession"), ",")[[1]]
+if (!suite %in% c("future.apply", "furrr") || is.na(source_dir)) {
+  stop("usage: run-futureverse-suites.R --suite=future.apply|furrr --source=DIR")
+}
+tests <- file.path(source_dir, "tests")
+if (!dir.exists(tests) || !requireNamespace(suite, quietly = TRUE)) {
+  message(sprintf("no %s suite in %s (or %s not installed): skipping", suite, source_dir, suite))
+  quit(status = 0)
+}
+rscript <- file.path(R.home("bin"), "Rscript")
+cat(sprintf("%s %s (tests from %s), future %s, R %s\n", suite, utils::packageVersion(suite), source_dir,
+            utils::packageVersion("future"), getRversion()))
+
+plan_override <- function(plan, fun) {
+  target <- if (plan == "shm_multisession") "pageshare::shm_multisession" else "future::multisession"
+  c("", "## run-futureverse-suites.R: only the plan under test",
+    sprintf("%s <- function(...) %s", fun, deparse(plan)),
+    # plan("shm_multisession") looks the name up from the caller
+    if (plan == "shm_multisession") "shm_multisession <- pageshare::shm_multisession",
+    sprintf("invisible(%s)", target))
+}
+
+copy_tests <- function() {
+  dir <- tempfile("suite-")
+  dir.create(dir)
+  file.copy(tests, dir, recursive = TRUE)
+  file.path(dir, "tests")
+}
+
+run_future_apply <- function(plan) {
+  dir <- copy_tests()
+  start <- file.path(dir, "incl", "start,load-only.R")
+  cat(plan_override(plan, "supportedStrategies"), file = start, sep = "\n", append = TRUE)
+  files <- sort(list.files(dir, pattern = "[.]R$"))
+  status <- vapply(files, function(f) {
+    out <- file.path(dir, paste0(f, ".", plan, ".log"))
+    rc <- system2(rscript, c("--vanilla", f), stdout = out, stderr = out,
+                  env = c(R_LIBS = paste(.libPaths(), collapse = ":")), timeout = 600)
+    if (rc != 0) {
+      log <- readLines(out, warn = FALSE)
+      cat(sprintf("  [%s] %s failed (status %d); last lines:\n%s\n", plan, f, rc,
+                  paste0("    ", utils::tail(log, 8), collapse = "\n")))
+    }
+    rc == 0
+  }, logical(1))
+  unlink(dirname(dir), recursive = TRUE)
+  status
+}
+
+run_furrr <- function(plan) {
+  dir <- copy_tests()
+  helper <- file.path(dir, "testthat", "helper-furrr-test-that.R")
+  cat(plan_override(plan, "supported_strategies"), file = helper, sep = "\n", append = TRUE)
+  out <- tempfile(fileext = ".rds")
+  code <- sprintf(paste0(
+    "library(testthat); library(furrr); res <- as.data.frame(test_dir(%s, reporter = 'silent', ",
+    "stop_on_failure = FALSE, load_package = 'none')); saveRDS(res, %s)"),
+    deparse(file.path(dir, "testthat")), deparse(out))
+  system2(rscript, c("--vanilla", "-e", shQuote(code)), stdout = FALSE, stderr = FALSE,
+          env = c(R_LIBS = paste(.libPaths(), collapse = ":")), timeout = 1800)
+  res <- if (file.exists(out)) readRDS(out) else NULL
+  unlink(dirname(dir), recursive = TRUE)
+  if (is.null(res)) return(c(`<suite>` = FALSE))
+  ok <- tapply(res$failed == 0 & !res$error, res$file, all)
+  cat(sprintf("  [%s] %d expectations, %d failed, %d skipped\n", plan, sum(res$nb),
+              sum(res$failed), sum(res$skipped)))
+  ok
+}
+
+results <- lapply(stats::setNames(plans, plans), function(p) {
+  cat(sprintf("== %s under plan(%s)\n", suite, p))
+  if (suite == "future.apply") run_future_apply(p) else run_furrr(p)
+})
+files <- sort(unique(unlist(lapply(results, names))))
+tab <- vapply(results, function(r) ifelse(is.na(r[files]), "-", ifelse(r[files], "ok", "FAIL")), character(length(files)))
+tab <- matrix(tab, nrow = length(files), dimnames = list(files, plans))
+print(noquote(tab))
+for (p in plans) cat(sprintf("%s: %d of %d files pass\n", p, sum(tab[, p] == "ok"), nrow(tab)))
+bad <- if (all(c("shm_multisession", "multisession") %in% plans)) {
+  files[tab[, "shm_multisession"] != "ok" & tab[, "multisession"] == "ok"]
+} else character()
+if (length(bad)) {
+  cat("shm_multisession fails where multisession passes:", paste(bad, collapse = ", "), "\n")
+  quit(status = 1)
+}
