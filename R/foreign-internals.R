@@ -5,7 +5,9 @@
 # package that drops one gives a clear message instead of a failure deep
 # inside a launch.
 #
-# Private fields read (not functions, so not in the table): a future's
+# Private fields read (not functions, so not in the table): the `cluster` in
+# the environment of future's ClusterRegistry (future < 1.40), a node's
+# `session_info$process$pid` (parallelly), a future's
 # `globals`, `expr`, `state`, `result`, `owner`, `node`, `workers`/`backend`
 # (the run()/launchFuture() methods of a future subclass must change what is
 # sent and put it back), and a ClusterFutureBackend's `workers`, `reg`,
@@ -19,7 +21,10 @@ foreign_internals <- list(
   list(package = "future", name = "objectSize",
        why = "future < 1.40 sizes globals this way; the size check of what is sent must count as future does"),
   list(package = "future", name = "asIEC",
-       why = "future's own formatting of sizes in its globals-size error")
+       why = "future's own formatting of sizes in its globals-size error"),
+  list(package = "future", name = "ClusterRegistry", before = "1.40.0",
+       why = paste("future < 1.40 keeps its multisession workers in this closure's `cluster`;",
+                   "a dead worker is replaced there (future >= 1.40 does it itself)"))
 )
 
 foreign_internal <- function(package, name) {
@@ -32,7 +37,10 @@ foreign_internal <- function(package, name) {
 # The entries of `package` that its installed version does not have.
 missing_foreign_internals <- function(package) {
   ns <- asNamespace(package)
-  names <- vapply(Filter(function(e) e$package == package, foreign_internals), `[[`, "", "name")
+  version <- utils::packageVersion(package)
+  used <- Filter(function(e) e$package == package && (is.null(e$before) || version < e$before),
+                 foreign_internals)
+  names <- vapply(used, `[[`, "", "name")
   names[!vapply(names, exists, logical(1), envir = ns, mode = "function", inherits = FALSE)]
 }
 

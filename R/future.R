@@ -5,8 +5,9 @@
 #' `nbrOfWorkers()`, `nbrOfFreeWorkers()`, workers stopped when the plan
 #' changes) with one difference: when a future is launched, each of its globals
 #' that is a shareable vector of at least `getOption("pageshare.threshold")`
-#' bytes (also inside lists and data frame columns) is copied once into
-#' POSIX shared memory ([share()]), and the worker receives a handle of a few
+#' bytes (also inside lists and data frame columns; small vectors of one list
+#' are packed together when they reach the threshold together) is copied once
+#' into POSIX shared memory ([share()]), and the worker receives a handle of a few
 #' hundred bytes instead of the data (the rule is the same for [registerDoShm()]
 #' and [memApply()]). Every worker reads the same pages through a
 #' read-only view; the next future (for example the next chunk of a
@@ -101,6 +102,7 @@ shm_multisession <- function(...,
   f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
                                                   rscript_libs = rscript_libs, envir = envir))
   class(f) <- c("ShmMultisessionFuture", class(f))
+  remember_worker_options(f$workers, rscript_libs)
   if (!lazy) f <- future::run(f)
   invisible(f)
 }
@@ -399,7 +401,11 @@ result.ShmMultisessionFuture <- function(future, ...) {
   # map the globals any more: drop the views (future may keep a failed future
   # referenced for a long time).
   on.exit(future$pageshare_views <- NULL, add = TRUE)
-  res <- nodelay_sockets(NextMethod()) # future >= 1.40 may restart a dead worker
+  res <- tryCatch(nodelay_sockets(NextMethod()), # future >= 1.40 may restart a dead worker
+                  FutureError = function(e) {
+                    replace_dead_worker(future)    # future < 1.40 does not
+                    stop(e)
+                  })
   if (inherits(res, "FutureResult") && inherits(res$value, "pageshare_result")) {
     if (is.null(future$result)) future$result <- res
     adopt_result(future)

@@ -6,6 +6,9 @@
 # * a view is sent as itself (a handle), re-shared if written in place since;
 # * a logical, integer, double, complex, raw or character vector (with any
 #   attributes) whose data take at least `threshold` bytes is shared;
+# * small vectors of one list (below the threshold alone, together at least
+#   the threshold; not character) are packed into one segment per type and
+#   sent as views of its slices (pack_small_leaves());
 # * lists and data frames are walked (up to 50 levels), and so are the frames
 #   a closure carries when it is serialized (its environment and their parents
 #   up to the global environment, a namespace or a package): large values
@@ -84,12 +87,59 @@ share_walk <- function(x, state, depth = 0L) {
         out[i] <- list(new)
       }
     }
+    packed <- pack_small_leaves(if (is.null(out)) x else out, state)
+    if (length(packed)) {
+      if (is.null(out)) out <- unclass(x)
+      for (i in names(packed)) out[as.integer(i)] <- list(packed[[i]])
+    }
     if (!is.null(out)) {
       attributes(out) <- attributes(x)
       return(out)
     }
   }
   x
+}
+
+# Elements of a list below the threshold on their own but at least
+# `min_packed_bytes` (a handle costs about a hundred bytes), of the types that
+# pack (not character): when together they reach the threshold, those of each
+# type are copied into one segment and replaced by views of its slices (a list
+# of many columns, a data frame of many narrow columns, future.apply's chunks).
+# Returns the views by index, or NULL.
+min_packed_bytes <- 512
+
+pack_small_leaves <- function(x, state) {
+  if (!is.null(state$failed)) return(NULL)
+  n <- length(x)
+  types <- character(n)
+  bytes <- numeric(n)
+  for (i in seq_len(n)) {
+    el <- .subset2(x, i)
+    if (is.character(el) || !is_shareable_vector(el) || is_shared(el)) next
+    b <- data_bytes(el)
+    if (b < min_packed_bytes || b >= state$threshold) next
+    types[i] <- typeof(el)
+    bytes[i] <- b
+  }
+  if (sum(bytes) < state$threshold) return(NULL)
+  out <- list()
+  for (type in setdiff(unique(types), "")) {
+    idx <- which(types == type)
+    if (length(idx) < 2L) next
+    leaves <- lapply(idx, function(i) .subset2(x, i))
+    views <- tryCatch(
+      .Call(ps_share_packed, leaves, lapply(leaves, function(l) as.pairlist(attributes(l))),
+            segment_dir(), cache_limit()),
+      pageshare_error = function(e) {
+        state$failed <- e
+        NULL
+      })
+    if (is.null(views)) break
+    arm_gc_hook()
+    state$views <- c(state$views, views)
+    out[as.character(idx)] <- views
+  }
+  out
 }
 
 # The frames a closure carries (its environment and their parents, up to 25,

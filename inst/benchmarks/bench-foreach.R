@@ -129,6 +129,10 @@ methods <- list(
     foreach(cols = parallel::splitIndices(ncol(X), 4 * workers), .combine = c) %dopar%
       vapply(cols, function(j) cor(X[, j], y), 0)
   }),
+  "registerDoShm foreach, one iteration per column" = list(kind = "pool", f = function(X, y, cl) {
+    registerDoShm(cores = workers)
+    foreach(j = seq_len(ncol(X)), .combine = c) %dopar% cor(X[, j], y)
+  }),
   "memApply" = list(kind = "pool", f = function(X, y, cl)
     unlist(memApply(X, 2, function(v, y) cor(v, y), VARS = list(y = y))))
 )
@@ -200,6 +204,27 @@ ov <- data.frame(
          per_call(parallel::parApply(cl, Xs, 2, sum))))
 print(ov)
 
+## ---- (c) many tiny iterations ----------------------------------------------
+# foreach(i = 1:2000) %dopar% sqrt(i) against parLapply() on the same workers
+# (pageshare's pool) and against doParallel on a PSOCK cluster, interleaved.
+registerDoShm(cores = workers)
+tiny <- list(
+  "foreach %dopar%, registerDoShm" = function() foreach(i = 1:2000) %dopar% sqrt(i),
+  "parLapply, same pool" = function() parallel::parLapply(pool_cl, 1:2000, sqrt),
+  "foreach %dopar%, registerDoShm, chunk.size = 1" = function()
+    foreach(i = 1:2000, .options.shm = list(chunk.size = 1)) %dopar% sqrt(i),
+  "foreach %dopar%, doParallel" = function() {
+    registerDoParallel(cl)
+    on.exit(registerDoShm(cores = workers))
+    foreach(i = 1:2000) %dopar% sqrt(i)
+  })
+for (f in tiny) invisible(f())
+tiny_t <- matrix(NA_real_, 7, length(tiny), dimnames = list(NULL, names(tiny)))
+for (r in 1:7) for (k in names(tiny)) tiny_t[r, k] <- system.time(tiny[[k]]())[["elapsed"]]
+tiny_med <- apply(tiny_t, 2, stats::median)
+print(tiny_med)
+foreach::registerDoSEQ()
+
 ## ---- report -------------------------------------------------------------
 fmt <- function(x, d = 3) formatC(x, format = "f", digits = d)
 lines <- c(
@@ -230,6 +255,13 @@ lines <- c(
   "| call | ms per call |",
   "|---|---:|",
   sprintf("| %s | %s |", ov$call, fmt(ov$ms, 2)),
+  "",
+  "(c) 2000 tiny iterations (`sqrt(i)`), 2 workers, median of 7 interleaved runs:",
+  "",
+  "| call | ms | / parLapply on the same pool |",
+  "|---|---:|---:|",
+  sprintf("| %s | %s | %s |", names(tiny_med), fmt(tiny_med * 1000, 1),
+          fmt(tiny_med / tiny_med[["parLapply, same pool"]], 1)),
   ""
 )
 dir.create(dirname(out_file), recursive = TRUE, showWarnings = FALSE)

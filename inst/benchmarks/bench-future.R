@@ -11,6 +11,8 @@
 #
 # (a) future_lapply(seq_len(ncol(X)), function(j) cor(X[, j], y)) for an n x n X,
 #     with X shared on the fly by the backend and with X <- share(X) beforehand;
+#     the same with future_sapply() inside a function (X an argument), and
+#     future_apply(X, 2, function(v) cor(v, y));
 # (b) one 400 MB global used by 10 futures;
 # (c) trivial future round trip (median of 30, ms).
 #
@@ -90,16 +92,28 @@ for (n in ns) {
   y <- rnorm(n)
   ref <- NULL
   for (kind in c("sequential", "multisession", "shm_multisession")) {
+    case <- sprintf("n=%d, X %.0f MB", n, n * n * 8 / 2^20)
+    fly <- if (kind == "shm_multisession") "shared on the fly" else ""
     set_plan(kind)
     m <- measure(r <- future_lapply(seq_len(ncol(X)), function(j) cor(X[, j], y)))
     if (is.null(ref)) ref <- r else stopifnot(isTRUE(all.equal(unlist(r), unlist(ref))))
-    add_row("a", sprintf("n=%d, X %.0f MB", n, n * n * 8 / 2^20), kind, m,
-            if (kind == "shm_multisession") "shared on the fly" else "")
+    add_row("a", case, kind, m, fly)
+    # The same inside a function, as package code is written: X an argument,
+    # FUN a closure over it (fresh workers and no cached segment, as above).
+    rm(r); forget_shared(); set_plan(kind)
+    colcor <- function(X, y) future_sapply(seq_len(ncol(X)), function(j) cor(X[, j], y))
+    m <- measure(r <- colcor(X, y))
+    stopifnot(isTRUE(all.equal(r, unlist(ref))))
+    add_row("a", case, kind, m, paste(c("inside a function", if (nzchar(fly)) fly), collapse = ", "))
+    # future.apply's own column apply: its chunks are lists of columns.
+    rm(r); forget_shared(); set_plan(kind)
+    m <- measure(r <- future_apply(X, 2, function(v) cor(v, y)))
+    stopifnot(isTRUE(all.equal(r, unlist(ref))))
+    add_row("a", case, kind, m, paste(c("future_apply(X, 2, f)", if (nzchar(fly)) fly), collapse = ", "))
+    rm(r); forget_shared()
     if (kind == "shm_multisession") {
       # X <- share(X) beforehand: a fresh segment (forget the on-the-fly one),
       # and the private copy of X dropped, as `X <- share(X)` would.
-      rm(r)
-      forget_shared()
       # fresh workers: idle workers keep the views of the last future mapped
       plan(sequential)
       invisible(gc())
@@ -107,10 +121,10 @@ for (n in ns) {
       set_plan(kind)
       m2 <- measure(r <- future_lapply(seq_len(ncol(X)), function(j) cor(X[, j], y)))
       stopifnot(isTRUE(all.equal(unlist(r), unlist(ref))))
-      add_row("a", sprintf("n=%d, X %.0f MB", n, n * n * 8 / 2^20), kind, m2,
+      add_row("a", case, kind, m2,
               sprintf("X <- share(X) beforehand (share() took %.2f s)", ms$secs))
+      rm(r)
     }
-    rm(r)
     plan(sequential)
   }
   rm(X, y, ref)
@@ -183,7 +197,9 @@ md <- c(
           ifelse(is.na(res$base_mb), "", format(res$base_mb)),
           ifelse(is.na(res$cg_extra_mb), "", format(res$cg_extra_mb)), res$note),
   "",
-  "(a) `future_lapply(seq_len(ncol(X)), function(j) cor(X[, j], y))`, X n x n double.",
+  "(a) `future_lapply(seq_len(ncol(X)), function(j) cor(X[, j], y))`, X n x n double;",
+  "\"inside a function\": `colcor <- function(X, y) future_sapply(seq_len(ncol(X)), function(j) cor(X[, j], y))`;",
+  "`future_apply(X, 2, function(v) cor(v, y))`.",
   "(b) `lapply(1:10, function(i) future(sum(G[seq(i, length(G), by = 1000)])))`, G 400 MB.",
   "(c) `value(future(1))`, median of 30 after 3 warm-up calls."
 )

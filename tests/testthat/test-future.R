@@ -396,6 +396,34 @@ test_that("future >= 1.40: a restarted worker's socket has TCP_NODELAY too", {
   expect_clean(opts)
 })
 
+test_that("a worker killed while running a future is replaced; no process and no segment left", {
+  opts <- options()
+  with_shm_plan({
+    X <- big()
+    fs0 <- lapply(1:2, function(i) future::future({ Sys.sleep(0.3); Sys.getpid() }))
+    pids0 <- vapply(fs0, future::value, 0)
+    slow <- future::future({ Sys.sleep(30); length(X) })
+    idle <- future::value(future::future(Sys.getpid()))   # the other worker
+    busy <- setdiff(pids0, idle)
+    expect_length(busy, 1L)
+    tools::pskill(busy, tools::SIGKILL)
+    t0 <- Sys.time()
+    expect_error(future::value(slow), class = "FutureError")
+    expect_lt(as.numeric(difftime(Sys.time(), t0, units = "secs")), 5)
+    # two futures at once: two live workers, the dead one not among them
+    fs <- lapply(1:2, function(i) future::future({ Sys.sleep(0.5); c(Sys.getpid(), length(X)) }))
+    got <- vapply(fs, future::value, numeric(2))
+    expect_equal(got[2, ], c(length(X), length(X)))
+    expect_length(unique(got[1, ]), 2L)
+    expect_false(busy %in% got[1, ])
+    pids <- got[1, ]
+    rm(X, slow, fs, fs0)
+  })
+  expect_clean(opts)
+  Sys.sleep(0.5)
+  expect_false(any(vapply(pids, alive, NA)))
+})
+
 test_that("workers that cannot load pageshare give a clear error, once checked", {
   # Without pageshare a worker would turn a handle into an empty vector with
   # only a warning; shm_multisession checks each cluster once, while it is idle.

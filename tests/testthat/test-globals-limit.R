@@ -40,7 +40,7 @@ test_that("with a lowered limit, shared globals pass every front door of the fut
 
 test_that("what is still serialized hits the user's limit as under multisession", {
   limit_plan(1e6)
-  small <- lapply(1:300, function(i) runif(1000))    # 2.4 MB in pieces below the threshold
+  small <- lapply(1:4000, function(i) runif(50))     # 1.6 MB in pieces too small to pack
   e <- new.env()
   e$big <- runif(3e5)                                # 2.4 MB in an environment
   expect_error(future::value(future::future(length(small))), "exceeds the maximum allowed size")
@@ -48,8 +48,8 @@ test_that("what is still serialized hits the user's limit as under multisession"
   # (future.apply >= 1.20 also warns that it cancels the other futures)
   expect_error(suppressWarnings(future.apply::future_sapply(1:2, function(i) length(e$big))), "exceeds")
   # within the limit: fine
-  part <- small[1:50]
-  expect_identical(future::value(future::future(length(part))), 50L)
+  part <- small[1:500]
+  expect_identical(future::value(future::future(length(part))), 500L)
 })
 
 test_that("the user's value is back once the plan changes, and a value set meanwhile is honoured", {

@@ -27,7 +27,7 @@ make_objects <- function() {
        clo = make_closure(big()))
 }
 
-expected <- c(vec = TRUE, chr = TRUE, small_leaves = FALSE, df_column = TRUE, df_small = FALSE,
+expected <- c(vec = TRUE, chr = TRUE, small_leaves = TRUE, df_column = TRUE, df_small = FALSE,
               closure_frame = TRUE, closure_value = TRUE)
 
 test_that("future, foreach and memLapply share the same objects", {
@@ -102,4 +102,29 @@ test_that("code inside a function shares X like top-level code with future_sappl
   r <- colstat(M)
   expect_identical(r[1, ], rep(1, 10))
   expect_equal(r[2, ], colSums(M))
+})
+
+test_that("small vectors that reach the threshold together are packed into one segment", {
+  skip_if_not_installed("future.apply")
+  future::plan(pageshare::shm_multisession, workers = 2)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  L <- lapply(1:300, function(i) runif(1000))             # 300 x 8 KB
+  seg_of <- function(L) vapply(L[c(1, 150, 300)], function(v) pageshare::shared_info(v)$name, "")
+  a <- future::value(future::future(seg_of(L)))
+  b <- future::value(future::future(seg_of(L)))
+  expect_length(unique(a), 1L)                             # one segment for all
+  expect_identical(a, b)                                    # and the same one next time
+  # future_apply()'s chunks are lists of columns: they travel as views
+  X <- matrix(runif(3e5), nrow = 1000)                      # 300 columns of 8 KB
+  r <- future.apply::future_apply(X, 2, function(v) c(pageshare::is_shared(v), sum(v)))
+  expect_identical(r[1, ], rep(1, 300))
+  expect_equal(r[2, ], colSums(X))
+  # a data frame of many narrow columns keeps names, classes and values
+  df <- data.frame(matrix(runif(2e5), ncol = 200), f = factor(rep(c("a", "b"), 500)))
+  got <- future::value(future::future(list(n = sum(vapply(df, pageshare::is_shared, NA)), df = df)))
+  expect_identical(got$n, 200L)
+  expect_identical(got$df, df)
+  # a small list stays plain
+  small <- lapply(1:10, function(i) runif(1000))
+  expect_false(future::value(future::future(any(vapply(small, pageshare::is_shared, NA)))))
 })

@@ -62,6 +62,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_adopt / 1,
         ps_namespace_variables / 2,
         ps_free_bytes / 1,
+        ps_share_packed / 4,
         ps_serialized_size / 1,
         ps_binding / 2,
         ps_restore_binding / 5,
