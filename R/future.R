@@ -172,9 +172,13 @@ share_globals <- function(globals, plan_key = NULL) {
   for (i in seq_along(globals)) {
     el <- .subset2(globals, i)
     before <- length(state$views)
+    swapped <- length(state$restore)
     new <- share_walk(el, state)
     if (length(state$views) > before && typeof(el) != "closure") {
       g[[names(globals)[i]]] <- new
+    }
+    # (a closure is changed when values in its frames were swapped)
+    if (length(state$views) > before || length(state$restore) > swapped) {
       changed <- c(changed, names(globals)[i])
     }
   }
@@ -478,9 +482,10 @@ validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, 
   orig <- future[["globals"]]
   shared <- share_globals(orig)
   if (is.null(shared)) return(NextMethod())
+  restore <- attr(shared, "pageshare_restore")
   on.exit({
     future[["globals"]] <- orig
-    restore_shared(attr(shared, "pageshare_restore"))
+    restore_shared(restore)
   }, add = TRUE)
   attr(shared, "pageshare_views") <- NULL
   attr(shared, "pageshare_restore") <- NULL

@@ -24,8 +24,9 @@ make_objects <- function() {
        chr = sprintf("s%07d", seq_len(150000)),             # 1.2 MB of entries
        lst = lapply(1:300, function(i) runif(1000)),         # 2.4 MB of 8 KB leaves
        df = data.frame(a = big(), b = rep(1L, 2e5)),
-       clo = make_closure(big()))
+       clo = make_closure(data_value))
 }
+data_value <- big()
 
 expected <- c(vec = TRUE, chr = TRUE, small_leaves = TRUE, df_column = TRUE, df_small = FALSE,
               closure_frame = TRUE, closure_value = TRUE)
@@ -127,4 +128,17 @@ test_that("small vectors that reach the threshold together are packed into one s
   # a small list stays plain
   small <- lapply(1:10, function(i) runif(1000))
   expect_false(future::value(future::future(any(vapply(small, pageshare::is_shared, NA)))))
+})
+
+test_that("an argument given as an expression is shared once forced", {
+  skip_if(getRversion() >= "4.5.0" && getRversion() < "4.6.0",
+          "R 4.5 has no API to tell a forced promise from an unforced one")
+  future::plan(pageshare::shm_multisession, workers = 2)
+  on.exit(future::plan(future::sequential), add = TRUE)
+  f <- function(X) {
+    force(X)
+    g <- function() c(pageshare::is_shared(X), sum(X))
+    future::value(future::future(g()))
+  }
+  expect_identical(f(big() + 1), c(1, sum(big() + 1)))
 })
