@@ -5,6 +5,10 @@
 # package that drops one gives a clear message instead of a failure deep
 # inside a launch.
 #
+# Conventions relied on: future < 1.40 sets a plan up by launching a future
+# labelled "future-plan-test" (shm_multisession reads the user's
+# future.globals.maxSize then).
+#
 # Private fields read (not functions, so not in the table): the `cluster` in
 # the environment of future's ClusterRegistry (future < 1.40), a node's
 # `session_info$process$pid` (parallelly), a future's

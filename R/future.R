@@ -43,13 +43,15 @@
 #' * When a future is launched, what it still sends by serialization (anything
 #'   the sharing rule does not share, such as an environment holding large
 #'   data) is checked against *your* limit: the value the option had when the
-#'   plan was set (or that you set while the plan is active), scaled by the
+#'   plan was set, scaled by the
 #'   number of elements of a chunk as future.apply and furrr scale it. Above
 #'   it, the future stops with future's own error, as under `multisession`.
 #'   Shared globals count at the size of their handles.
 #' * Your value comes back when the plan changes (on future 1.31, which has no
 #'   hook for this, at the end of the top-level call that changes it) and when
-#'   pageshare is unloaded.
+#'   pageshare is unloaded. A value you set while the plan is active is used
+#'   as it is, as under `multisession` (shared globals then count at their full
+#'   size too, until the plan is set again).
 #'
 #' @section Fallback:
 #' If a global cannot be put into shared memory (for example because the
@@ -97,7 +99,8 @@ shm_multisession <- function(...,
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
-  lift_globals_limit()
+  # future < 1.40 sets a plan up by launching a test future with this label
+  lift_globals_limit(fresh = identical(list(...)[["label"]], "future-plan-test"))
   # The workers start here (when the plan is set up): see nodelay_sockets().
   f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
                                                   rscript_libs = rscript_libs, envir = envir))
@@ -133,7 +136,7 @@ attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
-  lift_globals_limit()
+  lift_globals_limit(fresh = TRUE)
   core <- nodelay_sockets(
     future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs, ...))
   if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential

@@ -5,72 +5,84 @@
 # future.globals.maxSize, although a global that travels as a handle costs a
 # few hundred bytes. The only lever they all read is the option itself, so:
 #
-# * while shm_multisession is the plan, the option holds `lifted_limit`, a
-#   huge but finite number (future.apply and furrr scale the option by the
-#   number of elements of a chunk, k * lifted_limit, and set it back after the
-#   call: k stays readable from the value, see serialized_limit());
-# * what a future still serializes is checked at launch against the limit the
-#   user had (500 MiB when unset), scaled by the same k, exactly where and how
+# * while shm_multisession is the plan, the option holds a huge but finite
+#   number (future.apply and furrr scale the option by the number of elements
+#   of a chunk, k * value, and set it back after the call);
+# * every such value stands for the user's limit at the time it was set: each
+#   lift issues a new value (lifted_value(i), far from any multiple of the
+#   others) and records the user's limit with it, so that the option always
+#   says which limit applies, also when code reads it and sets it back later
+#   (future.apply's own tests do) - decode_limit();
+# * what a future still serializes is checked at launch against that limit
+#   (500 MiB when unset), scaled by the same k, exactly where and how
 #   multisession would check it (check_serialized_size());
 # * the user's value comes back when the plan changes (plan's "cleanup"
 #   attribute on future >= 1.32; otherwise at the end of the top-level call that
 #   changed it, from the task callback) and when pageshare is unloaded;
-# * a value the user sets while the plan is active is taken as the new limit
-#   for what is serialized, from the next future on (adopt_user_limit()).
-#
-# The state: limit_state$lifted (TRUE while the option is ours) and
-# limit_state$user (the user's value; NULL when the option was unset).
+# * a value the user sets while the plan is active is used as it is, as
+#   under multisession (future, future.apply and furrr then count shared
+#   globals at full size too); setting back a value read from the option
+#   earlier restores the limit it stood for.
 
-lifted_limit <- 1e300
 limit_state <- new.env(parent = emptyenv())
 limit_state$lifted <- FALSE
+limit_state$issued <- list()   # list(value =, user =), newest last
 
 # future's default when the option is unset.
 default_globals_limit <- 500 * 1024^2
 
-is_lifted_value <- function(value) {
-  is.numeric(value) && length(value) == 1L && !is.na(value) && is.finite(value) &&
-    value >= lifted_limit / 2
+# The i-th value issued: k * lifted_value(i) never comes within 1e-12 of
+# k' * lifted_value(j) for chunk lengths k, k' below 10^6 and i != j < 1000.
+lifted_value <- function(i) 1e300 * (1 + i * 1e-6)
+
+# The user's limit a value of the option stands for and the chunk factor k, or
+# NULL when the value is not one pageshare issued (or a multiple of one).
+decode_limit <- function(value) {
+  if (!is.numeric(value) || length(value) != 1L || is.na(value) || !is.finite(value) ||
+      value < 5e299) {
+    return(NULL)
+  }
+  for (entry in rev(limit_state$issued)) {
+    k <- round(value / entry$value)
+    if (k >= 1 && abs(value - k * entry$value) <= 1e-12 * value) {
+      return(list(user = entry$user, k = k))
+    }
+  }
+  NULL
 }
 
-lift_globals_limit <- function() {
-  value <- getOption("future.globals.maxSize")
-  if (isTRUE(limit_state$lifted)) return(adopt_user_limit(value))
-  limit_state$user <- if (is_lifted_value(value)) NULL else value
+issue_lifted_value <- function(user) {
+  value <- lifted_value(length(limit_state$issued) %% 1000L)
+  limit_state$issued <- c(limit_state$issued, list(list(value = value, user = user)))
+  options(future.globals.maxSize = value)
+  invisible()
+}
+
+# Called when the plan is set up (`fresh`: the user's value is read now) and
+# when a future is created (no-op once lifted).
+lift_globals_limit <- function(fresh = FALSE) {
+  if (isTRUE(limit_state$lifted) && !fresh) return(invisible())
   limit_state$lifted <- TRUE
-  options(future.globals.maxSize = lifted_limit)
-  invisible()
-}
-
-# While lifted, a value in the option that is neither ours (nor a multiple of
-# ours, set by future.apply or furrr for a chunk) nor +Inf (no limit; also what
-# future_apply() sets after its own check) was set by the user: it becomes the
-# limit for what is serialized, and the option is lifted again.
-adopt_user_limit <- function(value) {
-  if (is_lifted_value(value) || identical(as.numeric(value), Inf)) return(invisible())
-  limit_state$user <- value
-  options(future.globals.maxSize = lifted_limit)
-  invisible()
+  value <- getOption("future.globals.maxSize")
+  if (!is.null(decode_limit(value))) return(invisible())   # already one of ours
+  issue_lifted_value(value)
 }
 
 restore_globals_limit <- function() {
   if (!isTRUE(limit_state$lifted)) return(invisible())
   limit_state$lifted <- FALSE
   # A value set by the user meanwhile (not ours) stays.
-  if (is_lifted_value(getOption("future.globals.maxSize"))) {
-    options(future.globals.maxSize = limit_state$user)
-  }
-  limit_state$user <- NULL
+  known <- decode_limit(getOption("future.globals.maxSize"))
+  if (!is.null(known)) options(future.globals.maxSize = known$user)
   invisible()
 }
 
 # Called after every top-level call (pageshare's task callback): gives the
-# user's value back once shm_multisession is no longer the plan, and takes a
-# value the user set meanwhile as the new limit.
+# user's value back once shm_multisession is no longer the plan.
 watch_globals_limit <- function() {
   if (!isTRUE(limit_state$lifted)) return(invisible())
-  if (!plan_is_shm_multisession()) return(restore_globals_limit())
-  adopt_user_limit(getOption("future.globals.maxSize"))
+  if (!plan_is_shm_multisession()) restore_globals_limit()
+  invisible()
 }
 
 plan_is_shm_multisession <- function() {
@@ -83,10 +95,10 @@ plan_is_shm_multisession <- function() {
 # it is not ours (for instance +Inf set by future_apply() after its own check).
 serialized_limit <- function() {
   value <- getOption("future.globals.maxSize")
-  if (isTRUE(limit_state$lifted) && is_lifted_value(value)) {
-    user <- limit_state$user
-    user <- if (is.null(user)) default_globals_limit else as.numeric(user)
-    return(user * max(1, round(value / lifted_limit)))
+  known <- decode_limit(value)
+  if (!is.null(known)) {
+    user <- if (is.null(known$user)) default_globals_limit else as.numeric(known$user)
+    return(user * known$k)
   }
   if (is.null(value)) default_globals_limit else as.numeric(value)
 }

@@ -31,6 +31,7 @@ if (!dir.exists(tests) || !requireNamespace(suite, quietly = TRUE)) {
   quit(status = 0)
 }
 rscript <- file.path(R.home("bin"), "Rscript")
+lib_env <- paste0("R_LIBS=", paste(.libPaths(), collapse = ":"))
 cat(sprintf("%s %s (tests from %s), future %s, R %s\n", suite, utils::packageVersion(suite), source_dir,
             utils::packageVersion("future"), getRversion()))
 
@@ -55,10 +56,12 @@ run_future_apply <- function(plan) {
   start <- file.path(dir, "incl", "start,load-only.R")
   cat(plan_override(plan, "supportedStrategies"), file = start, sep = "\n", append = TRUE)
   files <- sort(list.files(dir, pattern = "[.]R$"))
+  home <- setwd(dir)   # the scripts source incl/ relative to tests/
+  on.exit(setwd(home))
   status <- vapply(files, function(f) {
     out <- file.path(dir, paste0(f, ".", plan, ".log"))
     rc <- system2(rscript, c("--vanilla", f), stdout = out, stderr = out,
-                  env = c(R_LIBS = paste(.libPaths(), collapse = ":")), timeout = 600)
+                  env = lib_env, timeout = 600)
     if (rc != 0) {
       log <- readLines(out, warn = FALSE)
       cat(sprintf("  [%s] %s failed (status %d); last lines:\n%s\n", plan, f, rc,
@@ -66,6 +69,7 @@ run_future_apply <- function(plan) {
     }
     rc == 0
   }, logical(1))
+  setwd(home)
   unlink(dirname(dir), recursive = TRUE)
   status
 }
@@ -80,7 +84,7 @@ run_furrr <- function(plan) {
     "stop_on_failure = FALSE, load_package = 'none')); saveRDS(res, %s)"),
     deparse(file.path(dir, "testthat")), deparse(out))
   system2(rscript, c("--vanilla", "-e", shQuote(code)), stdout = FALSE, stderr = FALSE,
-          env = c(R_LIBS = paste(.libPaths(), collapse = ":")), timeout = 1800)
+          env = lib_env, timeout = 1800)
   res <- if (file.exists(out)) readRDS(out) else NULL
   unlink(dirname(dir), recursive = TRUE)
   if (is.null(res)) return(c(`<suite>` = FALSE))

@@ -1,7 +1,6 @@
 # A 30-second tour: one copy of a 128 MB matrix, read by two workers, with
 # future and with foreach. Run by tools/setup.sh.
 suppressPackageStartupMessages({ library(pageshare); library(future); library(future.apply); library(foreach) })
-options(future.globals.maxSize = +Inf)
 set.seed(1)
 X <- matrix(rnorm(4000 * 4000), 4000)          # 128 MB
 y <- rnorm(4000)

@@ -52,20 +52,26 @@ test_that("what is still serialized hits the user's limit as under multisession"
   expect_identical(future::value(future::future(length(part))), 500L)
 })
 
-test_that("the user's value is back once the plan changes, and a value set meanwhile is honoured", {
+test_that("the user's value is back once the plan changes; a value set meanwhile is used as it is", {
   old <- options(future.globals.maxSize = 123456789)
   on.exit(options(old), add = TRUE)
   future::plan(pageshare::shm_multisession, workers = 2)
   on.exit(future::plan(future::sequential), add = TRUE)
-  expect_gt(getOption("future.globals.maxSize"), 1e299)
+  lifted <- getOption("future.globals.maxSize")
+  expect_gt(lifted, 1e299)
   expect_identical(pageshare:::serialized_limit(), 123456789)
-  options(future.globals.maxSize = 2e6)     # set while the plan is active
-  pageshare:::watch_globals_limit()
-  expect_identical(pageshare:::serialized_limit(), 2e6)
-  expect_gt(getOption("future.globals.maxSize"), 1e299)
-  future::plan(future::sequential)
+  # chunk scaling as future.apply does it: 5 elements, 5 times the limit
+  withr_options(list(future.globals.maxSize = 5 * lifted),
+                expect_identical(pageshare:::serialized_limit(), 5 * 123456789))
+  options(future.globals.maxSize = 2e6)     # set while the plan is active: as is
   pageshare:::watch_globals_limit()
   expect_identical(getOption("future.globals.maxSize"), 2e6)
+  expect_identical(pageshare:::serialized_limit(), 2e6)
+  options(future.globals.maxSize = lifted)  # a value read earlier, set back
+  expect_identical(pageshare:::serialized_limit(), 123456789)
+  future::plan(future::sequential)
+  pageshare:::watch_globals_limit()
+  expect_identical(getOption("future.globals.maxSize"), 123456789)
 })
 
 test_that("in a real session the option comes back after the top-level call that changes the plan", {
