@@ -27,6 +27,20 @@ pageshare_messages <- list(
   fun_failed = "%s: `FUN` failed on %s: %s",
   worker_died = "worker process %s of pageshare's pool died while running %s (%s); the pool was stopped and the next call starts a new one",
   foreign_internal = "pageshare needs %s's internal function %s(), which the installed version %s does not have; please report this with the version",
+  mi_x = "`X` must be a numeric matrix, a data frame of numeric columns or a numeric vector, not %s",
+  mi_df = "`X` is a data frame with non-numeric column(s) %s; drop or convert them first",
+  mi_no_rows = "`X` has no rows: mutual information needs at least one case",
+  mi_y_type = "`y` must be a vector or factor of class labels, not %s",
+  mi_y_length = "`y` must have one class per row of `X` (%d rows), not %d values",
+  mi_y_na = "`y` has %d NA value(s): use na.rm = TRUE to leave those cases out",
+  mi_y_classes = "`y` must have at least two classes, not %d",
+  mi_method = "`method` must be \"pde\" or \"memshare\", not %s",
+  mi_flag = "`%s` must be TRUE or FALSE",
+  mi_number = "`%s` must be a single number %s, not %s",
+  mi_pair = "`x` and `y` must be numeric vectors of the same length (mutualinfo() takes one pair of variables)",
+  mi_pair_nonfinite = "`%s` has non-finite values (NA, NaN or Inf): use na.rm = TRUE to use only the pairs where both are finite",
+  mi_both_continuous = "mutualinfo() of two continuous variables is not supported by pageshare: set isXDiscrete = TRUE or isYDiscrete = TRUE for the discrete one",
+  mi_mpmi = "`useMPMI = TRUE` is not supported: pageshare does not call the mpmi package",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 

@@ -80,8 +80,8 @@ run_furrr <- function(plan) {
   cat(plan_override(plan, "supported_strategies"), file = helper, sep = "\n", append = TRUE)
   out <- tempfile(fileext = ".rds")
   code <- sprintf(paste0(
-    "library(testthat); library(furrr); res <- as.data.frame(test_dir(%s, reporter = 'silent', ",
-    "stop_on_failure = FALSE, load_package = 'none')); saveRDS(res, %s)"),
+    "library(testthat); res <- as.data.frame(test_dir(%s, package = 'furrr', reporter = 'silent', ",
+    "stop_on_failure = FALSE, load_package = 'installed')); saveRDS(res, %s)"),
     deparse(file.path(dir, "testthat")), deparse(out))
   system2(rscript, c("--vanilla", "-e", shQuote(code)), stdout = FALSE, stderr = FALSE,
           env = lib_env, timeout = 1800)

@@ -14,11 +14,13 @@
 //! - [`sweep`]: reclaiming segments whose owner process is dead.
 //! - [`handle`]: the few bytes a view serializes to inside a dispatch scope.
 //! - [`strings`]: the packed layout of character vectors.
+//! - [`mutual_info`]: mutual information of features with a discrete response.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
 pub mod handle;
 pub mod header;
+pub mod mutual_info;
 pub mod naming;
 pub mod os;
 pub mod registry;

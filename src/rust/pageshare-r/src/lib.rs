@@ -7,6 +7,7 @@
 pub mod altrep;
 pub mod boundary;
 pub mod cache;
+pub mod mutual_info;
 pub mod r_api;
 pub mod rapi;
 pub mod source_pages;
@@ -67,6 +68,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_binding / 2,
         ps_restore_binding / 5,
         ps_unlock_binding / 2,
+        ps_mutual_info / 10,
     ];
     // R keeps the pointer: leak the table for the life of the process.
     let table: &'static [R_CallMethodDef] = Box::leak(Box::new(entries));

@@ -4,6 +4,7 @@
 
 use crate::boundary::{guard, msg, ErrorKind, RError};
 use crate::cache;
+pub use crate::mutual_info::ps_mutual_info;
 use crate::rapi::*;
 use crate::source_pages;
 use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};

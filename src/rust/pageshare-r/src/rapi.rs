@@ -14,6 +14,9 @@ extern "C" {
     pub fn Rf_ScalarString(x: SEXP) -> SEXP;
     pub fn Rf_asInteger(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_asReal(x: SEXP) -> f64;
+    pub fn Rf_asLogical(x: SEXP) -> std::os::raw::c_int;
+    pub fn REAL_RO(x: SEXP) -> *const f64;
+    pub fn INTEGER_RO(x: SEXP) -> *const std::os::raw::c_int;
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_lang2(s: SEXP, t: SEXP) -> SEXP;
     pub fn Rf_eval(e: SEXP, rho: SEXP) -> SEXP;
