@@ -100,17 +100,20 @@ for (n in ns) {
     add_row("a", case, kind, m, fly)
     # The same inside a function, as package code is written: X an argument,
     # FUN a closure over it (fresh workers and no cached segment, as above).
-    rm(r); forget_shared(); set_plan(kind)
+    # A fresh ordinary X for each form (as a user's session has): after a
+    # share(), X's pages are mappings of the (now forgotten) segment.
+    fresh_x <- function() { X <<- X + 0; invisible(gc()) }
+    rm(r); forget_shared(); fresh_x(); set_plan(kind)
     colcor <- function(X, y) future_sapply(seq_len(ncol(X)), function(j) cor(X[, j], y))
     m <- measure(r <- colcor(X, y))
     stopifnot(isTRUE(all.equal(r, unlist(ref))))
     add_row("a", case, kind, m, paste(c("inside a function", if (nzchar(fly)) fly), collapse = ", "))
     # future.apply's own column apply: its chunks are lists of columns.
-    rm(r); forget_shared(); set_plan(kind)
+    rm(r); forget_shared(); fresh_x(); set_plan(kind)
     m <- measure(r <- future_apply(X, 2, function(v) cor(v, y)))
     stopifnot(isTRUE(all.equal(r, unlist(ref))))
     add_row("a", case, kind, m, paste(c("future_apply(X, 2, f)", if (nzchar(fly)) fly), collapse = ", "))
-    rm(r); forget_shared()
+    rm(r); forget_shared(); fresh_x()
     if (kind == "shm_multisession") {
       # X <- share(X) beforehand: a fresh segment (forget the on-the-fly one),
       # and the private copy of X dropped, as `X <- share(X)` would.

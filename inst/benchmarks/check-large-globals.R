@@ -20,7 +20,7 @@ out <- sub("^--out=", "", grep("^--out=", args, value = TRUE))
 stopifnot(is.null(getOption("future.globals.maxSize")))   # no option set
 
 ncol <- 200L
-X <- matrix(runif(gb * 2^30 / 8), ncol = ncol)
+X <- matrix(runif(ceiling(gb * 2^30 / 8 / ncol) * ncol), ncol = ncol)
 cat(sprintf("X: %d x %d doubles, %.2f GB; R %s, future %s, future.apply %s\n", nrow(X), ncol(X),
             object.size(X) / 2^30, getRversion(), packageVersion("future"), packageVersion("future.apply")))
 ref <- colSums(X)
