@@ -11,24 +11,17 @@
 /// Pairs (i < j) of the ascending sample `sorted` with `sorted[j] - sorted[i] <= d`
 /// (`d >= 0`).
 pub fn count_pairs_within(sorted: &[f64], d: f64) -> u64 {
-    let n = sorted.len();
-    let mut j = 0usize;
-    let mut count = 0u64;
-    for i in 0..n {
-        if j < i + 1 {
-            j = i + 1;
-        }
-        while j < n && sorted[j] - sorted[i] <= d {
-            j += 1;
-        }
-        count += (j - i - 1) as u64;
-    }
-    count
+    sweep(sorted, d, u64::MAX)
 }
 
 /// Whether more than `k` pairs of `sorted` are at distance `<= d` (the count of
 /// [`count_pairs_within`], stopped as soon as it passes `k`).
 pub fn count_pairs_exceed(sorted: &[f64], d: f64, k: u64) -> bool {
+    sweep(sorted, d, k) > k
+}
+
+/// The two-pointer count of pairs at distance `<= d`, stopped once it exceeds `stop`.
+fn sweep(sorted: &[f64], d: f64, stop: u64) -> u64 {
     let n = sorted.len();
     let mut j = 0usize;
     let mut count = 0u64;
@@ -40,11 +33,11 @@ pub fn count_pairs_exceed(sorted: &[f64], d: f64, k: u64) -> bool {
             j += 1;
         }
         count += (j - i - 1) as u64;
-        if count > k {
-            return true;
+        if count > stop {
+            break;
         }
     }
-    false
+    count
 }
 
 /// Number of pairs of a sample of `n` points.
