@@ -8,9 +8,13 @@
 #'
 #' @section Kinds:
 #' \describe{
-#'   \item{`pageshare_no_space`}{There is not enough space for a segment. The
+#'   \item{`pageshare_no_space`}{There is not enough memory for a segment (the
+#'     machine's available memory, or this process's cgroup limit). The
 #'     condition also carries `needed` and `free` (bytes). Every backend catches
 #'     it and sends the data by plain serialization instead, with one warning.}
+#'   \item{`pageshare_too_many_segments`}{This process is too close to its limit
+#'     on open files (`ulimit -n`) to hold one more segment (each takes one
+#'     descriptor). Backends fall back as for `pageshare_no_space`.}
 #'   \item{`pageshare_segment_gone`}{The segment a view or handle refers to no
 #'     longer exists (its owner released it or exited).}
 #'   \item{`pageshare_invalid_segment`}{A file or handle that is not a valid
@@ -19,7 +23,10 @@
 #'     already registered by another live process.}
 #'   \item{`pageshare_not_registered`}{No variable (or no view) of that name is
 #'     registered in that namespace.}
-#'   \item{`pageshare_permission`}{The operating system refused access.}
+#'   \item{`pageshare_permission`}{The operating system refused access, or a
+#'     file pageshare must trust is not safe to use (the index directory or an
+#'     entry in it belongs to another user, is a link, a FIFO, or is open to
+#'     others).}
 #'   \item{`pageshare_bad_argument`}{An argument or option has a wrong type or
 #'     value.}
 #'   \item{`pageshare_unsupported_type`}{An object of a type that cannot be

@@ -274,6 +274,9 @@ worker_result <- function(res, threshold) {
 }
 
 worker_result_begin <- function() {
+  # The master has received the previous result by now: the segments handed
+  # over with it need not be held here any more.
+  .Call(ps_release_handoffs)
   if (isTRUE(worker_scope_open$open)) {
     .Call(ps_scope, -1L)
     worker_scope_open$open <- FALSE

@@ -65,6 +65,7 @@ registerVariables <- function(namespace, variableList) {
     el <- variableList[[i]]
     attrs <- attributes(el)
     blob <- if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE)
+    sync_shared_budget()
     .Call(ps_register, namespace, nms[i], el, as.pairlist(attrs), blob, dir, release_source())
   }
   invisible(NULL)
@@ -152,7 +153,7 @@ releaseVariables <- function(namespace, variableNames) {
                    sprintf("%s %s", if (length(unknown) > 1) "variables" else "variable", or_none(unknown)),
                    namespace, or_none(mine))
   }
-  for (var in variableNames) .Call(ps_release, namespace, var, dir)
+  for (var in variableNames) .Call(ps_release, namespace, var)
   invisible(NULL)
 }
 

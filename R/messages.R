@@ -12,6 +12,7 @@ pageshare_messages <- list(
   unknown_variable = "%s not registered in namespace '%s'; it holds: %s",
   not_viewed = "no view of %s is held in namespace '%s'; views held: %s",
   dir_option = "option `pageshare.dir` must be an existing directory, not '%s'",
+  budget_option = "option `pageshare.max_shared_bytes` must be a single non-negative number of bytes (Inf for no limit)",
   threshold_option = "option `pageshare.threshold` must be a single non-negative number of bytes",
   worker_count = "`%s` must be a whole number of worker processes from 1 to %d (the connections this R session has free), not %s",
   not_cluster = "`cl` must be a cluster made by parallel::makePSOCKcluster() (or a number of workers), not %s",

@@ -5,8 +5,13 @@
 #'
 #' \describe{
 #'  \item{`pageshare.dir`}{(character; env `PAGESHARE_DIR`; default `"/dev/shm"`)
-#'    The tmpfs directory that holds the segments. Workers must see the same
-#'    directory (they do: a handle carries it).}
+#'    Where the index of named registrations ([registerVariables()]) lives:
+#'    pageshare keeps it in a directory `pageshare-<uid>` there, which it creates
+#'    with mode 0700 and checks before every use. Segments themselves are
+#'    anonymous memory files (memfd) that have no name in any directory, so this
+#'    option does not bound what can be shared (a 64 MB /dev/shm is no limit)
+#'    and [share()] never uses it. Processes that look up the same names must
+#'    use the same directory.}
 #'  \item{`pageshare.threshold`}{(numeric bytes; env `PAGESHARE_THRESHOLD`;
 #'    default `1048576`, 1 MiB) Objects smaller than this travel by plain
 #'    serialization when the backends share automatically; [share()] itself
@@ -18,13 +23,19 @@
 #'    [memLapply()] without `CLUSTER`. The pool is started on first use, reused
 #'    by later calls, and stopped by [stop_workers()] or when R exits.}
 #'  \item{`pageshare.cache_limit`}{(numeric bytes; env `PAGESHARE_CACHE_LIMIT`;
-#'    default a quarter of the free space of `pageshare.dir` when the package loads)
+#'    default a quarter of the memory available when the package loads)
 #'    The identity cache ("share once") keeps the view of each shared source
 #'    (never the source itself) while the source is alive. The death of a large
 #'    source is seen at the next garbage collection (its memory returns to the
 #'    operating system); that of a small one may not be, so above this many
 #'    cached bytes the least recently used entries are dropped (their views
 #'    stay valid). `forget_shared()` drops them all.}
+#'  \item{`pageshare.max_shared_bytes`}{(numeric bytes; env
+#'    `PAGESHARE_MAX_SHARED_BYTES`; default `Inf`) The most memory this session
+#'    may hold in segments it made. A share beyond it is a `pageshare_no_space`
+#'    error, and the backends send those data by plain serialization instead
+#'    (with one warning), as when memory runs out. Use it to keep memory for the
+#'    workers' own allocations, in a container with a memory limit for example.}
 #'  \item{`pageshare.share_results`}{(logical; default `TRUE`) Whether the
 #'    workers of [shm_multisession()] return large values (at least
 #'    `pageshare.threshold` bytes) through a shared segment that the caller then
@@ -42,6 +53,7 @@
 #' }
 #' @name pageshare_options
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
+#'   pageshare.max_shared_bytes
 #'   pageshare.share_results pageshare.release_source
 #' @examples
 #' getOption("pageshare.dir")
@@ -51,9 +63,10 @@ NULL
 
 option_defaults <- list(
   pageshare.cache_limit = list(env = "PAGESHARE_CACHE_LIMIT", parse = as.numeric,
-                               default = function() tryCatch(0.25 * .Call(ps_free_bytes, segment_dir()),
+                               default = function() tryCatch(0.25 * .Call(ps_free_bytes),
                                                              error = function(e) Inf)),
   pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
+  pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
   pageshare.workers = list(env = "PAGESHARE_WORKERS", default = function() default_worker_count(),
@@ -92,6 +105,14 @@ cache_limit <- function() {
 }
 
 release_source <- function() isTRUE(getOption("pageshare.release_source", TRUE))
+
+# Hand option pageshare.max_shared_bytes to the Rust side, which checks it at
+# every segment it makes; called before each call that may make one.
+sync_shared_budget <- function() {
+  b <- getOption("pageshare.max_shared_bytes", Inf)
+  if (!is.numeric(b) || length(b) != 1L || is.na(b) || b < 0) pageshare_stop("budget_option")
+  .Call(ps_set_budget, as.double(b))
+}
 
 worker_count <- function() {
   check_worker_count(getOption("pageshare.workers", default_worker_count()), "pageshare.workers")

@@ -56,7 +56,8 @@ share <- function(x) {
 share_value <- function(x, where) {
   arm_gc_hook()
   if (is_shareable_vector(x)) {
-    return(.Call(ps_share, x, as.pairlist(attributes(x)), segment_dir(), cache_limit(), release_source()))
+    sync_shared_budget()
+    return(.Call(ps_share, x, as.pairlist(attributes(x)), cache_limit(), release_source()))
   }
   if (typeof(x) == "list") {
     return(share_list(x, where))
@@ -150,13 +151,18 @@ with_handles <- function(expr) {
   expr
 }
 
-#' Reclaim segments of dead processes
+#' Remove stale index entries of dead processes
 #'
-#' Removes every pageshare segment in the segment directory whose owner process
-#' is no longer running (killed with `kill -9`, crashed). Segments of live
-#' processes are never touched. This also runs when the package is loaded.
+#' Segments are anonymous memory files that the kernel frees when the last
+#' process holding or mapping one exits, even after `kill -9`: they cannot be
+#' left behind. What a crashed process can leave is the index entry of a name
+#' it registered ([registerVariables()]); this removes every such entry under
+#' `getOption("pageshare.dir")` whose process is gone. Entries of live
+#' processes, and files that are not this user's entries, are never touched.
+#' Lookups remove stale entries they meet too, and this also runs when the
+#' package is loaded.
 #'
-#' @return The names of the removed segments, invisibly.
+#' @return The names of the removed entries, invisibly.
 #' @examples
 #' sweep_shared()
 #' @export
@@ -165,8 +171,12 @@ sweep_shared <- function() invisible(.Call(ps_sweep, segment_dir()))
 #' List pageshare segments
 #'
 #' @param all If `FALSE` (default), the segments this process maps (owned or
-#'   viewed); if `TRUE`, every pageshare segment present in the segment
-#'   directory, of any process.
+#'   viewed); if `TRUE`, the segments this process holds (made or taken over,
+#'   and not released: other processes can still open them) and the named
+#'   segments ([registerVariables()]) that any live process of this user
+#'   holds, from the index under `getOption("pageshare.dir")`. Segments are
+#'   anonymous memory files: one that no process holds or maps any more is
+#'   gone, whatever happened to its owner.
 #' @return A character vector of segment names.
 #' @examples
 #' v <- share(rnorm(10))

@@ -127,9 +127,10 @@ pack_small_leaves <- function(x, state) {
     idx <- which(types == type)
     if (length(idx) < 2L) next
     leaves <- lapply(idx, function(i) .subset2(x, i))
+    sync_shared_budget()
     views <- tryCatch(
       .Call(ps_share_packed, leaves, lapply(leaves, function(l) as.pairlist(attributes(l))),
-            segment_dir(), cache_limit()),
+            cache_limit()),
       pageshare_error = function(e) {
         state$failed <- e
         NULL

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust core without R (cargo test: unit + proptest), then
 # the R package's testthat suite against the installed package. Fails if a
-# test fails or if the run left a pageshare segment in /dev/shm.
+# test fails or if the run left anything of pageshare behind: a process that
+# still holds a segment (memfd), an index entry, or a file in /dev/shm.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-before=$(ls /dev/shm 2>/dev/null | grep '^pageshare\.' | sort)
+# What holds or names pageshare segments now: processes with a pageshare memfd
+# open ("pid"), index entries and files in /dev/shm.
+pageshare_leftovers() {
+  for fd in /proc/[0-9]*/fd/*; do
+    case "$(readlink "$fd" 2>/dev/null)" in /memfd:pageshare.*) echo "process ${fd#/proc/}" | cut -d/ -f1 ;; esac
+  done | sort -u
+  ls -A /dev/shm/pageshare-"$(id -u)" 2>/dev/null | sed 's/^/index entry /'
+  ls -A /dev/shm 2>/dev/null | grep '^pageshare\.' | sed 's/^/file /'
+}
+before=$(pageshare_leftovers | sort)
 
 echo "== cargo test"
 cargo test --quiet 2>&1 | grep -v '^$'
@@ -19,17 +29,11 @@ echo "== R tests"
 Rscript tools/run-r-tests.R
 r_status=$?
 
-after=$(ls /dev/shm 2>/dev/null | grep '^pageshare\.' | sort)
-# New segments whose owner is gone are leaks (an anonymous name carries its owner's
-# pid; segments of other live processes on the machine are not this run's).
-leaked=""
-for name in $(comm -13 <(echo "$before") <(echo "$after")); do
-  pid=$(echo "$name" | sed -n 's/^pageshare\.a\.\([0-9]*\)\..*/\1/p')
-  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then leaked="$leaked $name"; fi
-done
+after=$(pageshare_leftovers | sort)
+leaked=$(comm -13 <(echo "$before") <(echo "$after") | grep .)
 if [ -n "$leaked" ]; then
-  echo "pageshare segments left in /dev/shm after the tests:"
-  echo "$leaked" | tr ' ' '\n' | grep .
+  echo "pageshare left behind after the tests (segments held, index entries, files):"
+  echo "$leaked"
   r_status=1
 fi
 [ "$cargo_status" -eq 0 ] && [ "$r_status" -eq 0 ]

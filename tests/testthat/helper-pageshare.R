@@ -1,7 +1,7 @@
 # Helpers shared by the tests.
 
-# Segments in the segment directory that this R process created (anonymous names
-# carry the owner's pid).
+# Segments this R process made and still holds (anonymous names carry the
+# maker's pid).
 own_segments <- function() {
   grep(sprintf("^pageshare\\.a\\.%d\\.", Sys.getpid()), shared_segments(all = TRUE), value = TRUE)
 }
@@ -42,17 +42,25 @@ wait_for_lines <- function(path, n = 1L, timeout = 60) {
 
 # An R process in the background that shares `n` vectors, writes the segment
 # names to a file, then sleeps until killed. Returns list(proc, names).
-background_owner <- function(n = 2L) {
+# A background R session holding `n` shared vectors (and, with `register`, one
+# registered as variable "r" of that namespace); returns it, the names of its
+# segments and a handle of the first.
+background_owner <- function(n = 2L, register = NULL) {
   out <- tempfile()
-  proc <- callr::r_bg(function(out, n) {
+  proc <- callr::r_bg(function(out, n, register) {
     library(pageshare)
     keep <- lapply(seq_len(n), function(i) share(as.double(seq_len(1000) + i)))
+    if (!is.null(register)) registerVariables(register, list(r = 1:3))
+    saveRDS(with_handles(serialize(keep[[1]], NULL)), paste0(out, ".rds"))
     writeLines(vapply(keep, function(v) shared_info(v)$name, ""), out)
     Sys.sleep(600)
-  }, args = list(out = out, n = n), supervise = TRUE)
+  }, args = list(out = out, n = n, register = register), supervise = TRUE)
   names <- wait_for_lines(out, n)
-  list(proc = proc, names = names)
+  list(proc = proc, names = names, handle = readRDS(paste0(out, ".rds")))
 }
+
+# Bytes this process holds in segments it made.
+held_bytes_now <- function() .Call(pageshare:::ps_held_bytes)
 
 # Run every op on a view and on the plain object: identical results, and the
 # shared pages unchanged afterwards.

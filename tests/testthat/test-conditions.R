@@ -9,7 +9,8 @@ test_that("errors raised in Rust are classed conditions of their kind", {
   expect_s3_class(gone, "pageshare_error")
   expect_match(conditionMessage(gone), "could not be mapped in process")
 
-  bad_dir <- tryCatch(withr_options(list(pageshare.dir = "relative/dir"), share(x)), error = function(e) e)
+  bad_dir <- tryCatch(withr_options(list(pageshare.dir = "relative/dir"),
+                                    registerVariables("cond_ns", list(x = x))), error = function(e) e)
   expect_s3_class(bad_dir, "pageshare_bad_argument")
 
   not_view <- tryCatch(.Call(pageshare:::ps_adopt, x), error = function(e) e)
@@ -18,7 +19,8 @@ test_that("errors raised in Rust are classed conditions of their kind", {
 })
 
 test_that("a message with % in it reaches R unchanged", {
-  e <- tryCatch(withr_options(list(pageshare.dir = "/no/such/%s%n%d"), share(1:3 + 0)), error = function(e) e)
+  e <- tryCatch(withr_options(list(pageshare.dir = "/no/such/%s%n%d"), registerVariables("cond_ns", list(y = 1:3 + 0))),
+                error = function(e) e)
   expect_s3_class(e, "pageshare_bad_argument")
   expect_match(conditionMessage(e), "/no/such/%s%n%d", fixed = TRUE)
 })

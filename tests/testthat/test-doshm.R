@@ -76,7 +76,7 @@ test_that("with a small threshold everything goes through shared memory", {
 test_that("a failure to share falls back to plain data with one warning", {
   use_pool()
   X <- rnorm(3e5)
-  old <- options(pageshare.dir = file.path(tempdir(), "does-not-exist"))
+  old <- options(pageshare.max_shared_bytes = 0)   # as when memory runs out
   on.exit(options(old))
   expect_warning(r <- foreach(i = 1:3, .combine = c) %dopar% is_shared(X),
                  "plain serialization", fixed = TRUE)

@@ -231,7 +231,7 @@ test_that("a global that cannot be shared falls back to serialization with one w
   opts <- options()
   with_shm_plan({
     X <- big(); Y <- big() + 1
-    old <- options(pageshare.dir = file.path(tempdir(), "no-such-dir"))
+    old <- options(pageshare.max_shared_bytes = 0)   # as when memory runs out
     on.exit(options(old), add = TRUE)
     w <- 0
     v <- withCallingHandlers(
@@ -280,7 +280,7 @@ test_that("futures that use the same shared data reuse a worker's mapping", {
   opts <- options()
   with_shm_plan({
     A <- share(big(5e5))
-    name <- shared_info(A)$name
+    name <- shared_info(A)$memfd
     probe <- function(i) future::future({
       c(pid = Sys.getpid(), sum = sum(A),
         maps = sum(grepl(name, readLines("/proc/self/maps"), fixed = TRUE)))

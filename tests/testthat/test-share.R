@@ -32,8 +32,9 @@ test_that("shared_info describes a view and NULL otherwise", {
   expect_true(info$owned_here)
   expect_match(info$name, sprintf("^pageshare\\.a\\.%d\\.[0-9a-f]{32}$", Sys.getpid()))
   expect_true(info$name %in% shared_segments())
-  mode <- file.info(file.path(info$dir, info$name))$mode
-  expect_identical(format(mode), "600")
+  # an anonymous memory file of this process, above the socket range, sealed
+  expect_gte(info$fd, 1024L)
+  expect_identical(Sys.readlink(sprintf("/proc/self/fd/%d", info$fd)), paste(info$memfd, "(deleted)"))
   expect_null(shared_info(1:3))
   expect_false(is_shared(1:3))
 })
@@ -155,10 +156,11 @@ test_that("lists and data frames are shared leaf by leaf", {
   expect_true(is_shared(sl$inner$x))
 })
 
-test_that("a bad pageshare.dir is a clear error", {
+test_that("a bad pageshare.dir is a clear error where names are used, and share() does not need it", {
   old <- options(pageshare.dir = "/nonexistent/dir")
   on.exit(options(old))
-  expect_error(share(1:3), "pageshare.dir", class = "pageshare_error")
+  expect_error(registerVariables("bad_dir_ns", list(a = 1:3)), "pageshare.dir", class = "pageshare_bad_argument")
+  expect_true(is_shared(share(as.double(1:10))))
 })
 
 test_that("the identity cache never keeps a source alive and drops dead ones", {

@@ -1,8 +1,9 @@
 # The field case of a container: /dev/shm is a 64 MB tmpfs (Docker's default).
 # Run in a child R process in a private mount namespace (needs root: unshare -m
-# and mount), so that its workers see the small /dev/shm too.
+# and mount), so that its workers see the small /dev/shm too. Segments are
+# anonymous memory files, so the size of /dev/shm must not matter.
 
-run_with_small_shm <- function(script, size = "64m") {
+run_with_small_shm <- function(script, size = "64m", cgroup = NULL) {
   skip_if_not(Sys.info()[["sysname"]] == "Linux")
   skip_if_not(identical(unname(Sys.info()[["effective_user"]]), "root"),
               "needs root (a private mount namespace with a small /dev/shm)")
@@ -15,58 +16,101 @@ run_with_small_shm <- function(script, size = "64m") {
   # point and `unshare --propagation private` fails).
   sh <- sprintf("mount --make-private /dev/shm && mount -t tmpfs -o size=%s tmpfs /dev/shm && exec %s --vanilla %s", size,
                 shQuote(file.path(R.home("bin"), "Rscript")), shQuote(code))
+  # In a memory cgroup of its own (with its workers), to read its peak.
+  if (!is.null(cgroup)) sh <- sprintf("echo $$ > %s/cgroup.procs && %s", cgroup, sh)
   log <- suppressWarnings(system2("unshare", c("--mount", "--propagation", "unchanged", "sh", "-c", shQuote(sh)),
                                   stdout = TRUE, stderr = TRUE))
   if (!file.exists(out)) fail(paste(c("the child wrote no result:", log), collapse = "\n"))
   readRDS(out)
 }
 
-test_that("with a 64 MB /dev/shm, share() of 100 MB is a classed no-space error", {
+
+# A fresh memory cgroup below this process's own (cgroup v1 or v2), or skip.
+new_memory_cgroup <- function() {
+  lines <- readLines("/proc/self/cgroup")
+  v1 <- grep("^[0-9]+:([^:]*,)?memory(,[^:]*)?:", lines, value = TRUE)
+  base <- if (length(v1)) file.path("/sys/fs/cgroup/memory", sub("^[^:]*:[^:]*:/?", "", v1[1]))
+          else file.path("/sys/fs/cgroup", sub("^0::/?", "", grep("^0::", lines, value = TRUE)[1]))
+  dir <- file.path(base, paste0("pageshare-test-", Sys.getpid()))
+  ok <- dir.create(dir, showWarnings = FALSE)
+  skip_if_not(ok && file.exists(file.path(dir, "cgroup.procs")), "cannot make a memory cgroup here")
+  peak <- if (length(v1)) "memory.max_usage_in_bytes" else "memory.peak"
+  skip_if_not(file.exists(file.path(dir, peak)), "this cgroup reports no memory peak")
+  list(dir = dir, peak_file = peak, peak = function() as.numeric(readLines(file.path(dir, peak))),
+       remove = function() for (i in 1:100) {
+         if (!dir.exists(dir) || suppressWarnings(file.remove(dir))) break
+         Sys.sleep(0.1)
+       })
+}
+
+test_that("with a 64 MB /dev/shm, share() of 100 MB works and puts nothing in /dev/shm", {
   res <- run_with_small_shm(c(
     "library(pageshare)",
-    "e <- tryCatch(share(rnorm(100 * 2^20 / 8)), error = function(e) e)",
-    "saveRDS(list(class = class(e), msg = conditionMessage(e), needed = e$needed, free = e$free,",
-    "             left = list.files('/dev/shm', pattern = '^pageshare')), out)"))
-  expect_identical(res$class, c("pageshare_no_space", "pageshare_error", "error", "condition"))
-  expect_match(res$msg, "needs 100.0 MB")
-  expect_match(res$msg, "64.0 MB free")
-  expect_equal(res$needed, 100 * 2^20, tolerance = 0.01)
-  expect_equal(res$free, 64 * 2^20, tolerance = 0.01)
-  expect_length(res$left, 0L)                        # nothing half-made left
+    "x <- rnorm(100 * 2^20 / 8)",
+    "v <- share(x)",
+    "saveRDS(list(shared = is_shared(v), same = identical(sum(v), sum(x)),",
+    "             in_shm = list.files('/dev/shm', all.files = TRUE, no.. = TRUE)), out)"))
+  expect_true(res$shared)
+  expect_true(res$same)
+  expect_length(res$in_shm, 0L)
 })
 
-test_that("with a 64 MB /dev/shm, every front door gives the right result with one warning", {
+test_that("with a 64 MB /dev/shm, every front door shares a 100 MB global, with no warning", {
   skip_if_not_installed("future.apply")
   skip_if_not_installed("foreach")
   res <- run_with_small_shm(c(
     "suppressPackageStartupMessages({library(pageshare); library(future); library(future.apply); library(foreach)})",
-    "options(future.globals.maxSize = Inf)",
     "X <- rnorm(100 * 2^20 / 8)",
     "M <- matrix(X, ncol = 100)",
     "caught <- function(expr) { w <- character()",
     "  v <- withCallingHandlers(expr, warning = function(c) { w <<- c(w, conditionMessage(c)); invokeRestart('muffleWarning') })",
     "  list(value = v, warnings = w) }",
-    "plan(shm_multisession, workers = 2)",   # one warning per plan, however many futures
-    "f <- caught(value(future(sum(X))))",
-    "f2 <- caught(value(future(sum(X) + 1)))",
-    "plan(sequential); plan(shm_multisession, workers = 2)",
-    "fl <- caught(future_sapply(1:4, function(i) sum(X) + i))",
+    "plan(shm_multisession, workers = 2)",
+    "f <- caught(value(future(c(is_shared(X), sum(X)))))",
+    "fl <- caught(future_sapply(1:4, function(i) c(is_shared(X), sum(X) + i)))",
     "plan(sequential)",
     "registerDoShm(cores = 2)",
-    "fe <- caught(foreach(i = 1:4, .combine = c) %dopar% (sum(X) + i))",
+    "fe <- caught(foreach(i = 1:4, .combine = rbind) %dopar% c(is_shared(X), sum(X) + i))",
     "ma <- caught(memApply(M, 2, function(v) sum(v)))",
     "stop_workers()",
-    "saveRDS(list(f = f, f2 = f2, fl = fl, fe = fe, ma = ma, sum = sum(X), cols = colSums(M),",
-    "             left = list.files('/dev/shm', pattern = '^pageshare')), out)"))
-  expect_identical(res$f$value, res$sum)
-  expect_identical(res$f2$value, res$sum + 1)
-  expect_length(res$f2$warnings, 0L)                 # said once for these workers
-  expect_identical(res$fl$value, res$sum + 1:4)
-  expect_identical(res$fe$value, res$sum + 1:4)
-  expect_equal(unlist(res$ma$value), res$cols)
-  for (door in c("f", "fl", "fe", "ma")) {
-    expect_length(res[[door]]$warnings, 1L)
-    expect_match(res[[door]]$warnings, "not enough shared memory", info = door)
-  }
-  expect_length(res$left, 0L)
+    "saveRDS(list(f = f, fl = fl, fe = fe, ma = ma, sum = sum(X), cols = colSums(M),",
+    "             in_shm = list.files('/dev/shm', all.files = TRUE, no.. = TRUE)), out)"))
+  expect_identical(res$f$value, c(1, res$sum))
+  expect_identical(unname(res$fl$value), rbind(1, res$sum + 1:4))
+  expect_identical(unname(res$fe$value), cbind(1, res$sum + 1:4))
+  expect_equal(unlist(res$ma$value), unname(res$cols))
+  for (door in c("f", "fl", "fe", "ma")) expect_length(res[[door]]$warnings, 0L)
+  expect_length(res$in_shm, 0L)
+})
+
+test_that("with a 64 MB /dev/shm, the README's example with a 1 GB X shares X within 1.3 x its size", {
+  skip_if_not_installed("future.apply")
+  skip_if_not_installed("foreach")
+  skip_if(as.numeric(system("awk '/MemAvailable/ {print $2}' /proc/meminfo", intern = TRUE)) < 6 * 2^20,
+          "needs 6 GB of free memory")
+  cg <- new_memory_cgroup()
+  on.exit(cg$remove(), add = TRUE)
+  res <- run_with_small_shm(c(
+    sprintf("peak_file <- %s", deparse(file.path(cg$dir, basename(cg$peak_file)))),
+    "suppressPackageStartupMessages({library(pageshare); library(future.apply); library(foreach)})",
+    "n <- 11586L; X <- rnorm(n * n); dim(X) <- c(n, n)      # 1 GB, made without a second copy",
+    "y <- rnorm(n)",
+    "plan(shm_multisession, workers = 2)",
+    "r1 <- future_sapply(seq_len(ncol(X)), function(j) cor(X[, j], y))",
+    "seen <- value(future(is_shared(X)))",
+    "plan(sequential)",
+    "peak_futures <- as.numeric(readLines(peak_file))",
+    "registerDoShm(cores = 2)",
+    "r2 <- foreach(j = seq_len(ncol(X)), .combine = c) %dopar% cor(X[, j], y)",
+    "stop_workers(); plan(sequential)",
+    "saveRDS(list(seen = seen, r1 = r1[c(1, n)], r2 = r2[c(1, n)], check = c(cor(X[, 1], y), cor(X[, n], y)),",
+    "             peak_futures = peak_futures,",
+    "             bytes = 8 * n * n, in_shm = list.files('/dev/shm', all.files = TRUE, no.. = TRUE)), out)"),
+    cgroup = cg$dir)
+  expect_true(res$seen)
+  expect_equal(res$r1, res$check)
+  expect_equal(res$r2, res$check)
+  expect_length(res$in_shm, 0L)
+  expect_lte(res$peak_futures / res$bytes, 1.3)   # master and its future workers
+  expect_lte(cg$peak() / res$bytes, 1.3)            # and then with the foreach pool
 })

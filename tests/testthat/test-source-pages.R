@@ -68,37 +68,20 @@ test_that("a forked child reads a released vector and the parent frees it cleanl
 })
 
 test_that("a source shared again after forget_shared() moves onto the new segment", {
-  # Its pages map the first segment (unlinked by forget_shared()); sharing it
+  # Its pages map the first segment (released by forget_shared()); sharing it
   # again hands them over to the new one, so the old pages are freed instead
   # of the data being held twice.
-  maps_of <- function(name) any(grepl(name, readLines("/proc/self/maps"), fixed = TRUE))
+  maps_of <- function(memfd) any(grepl(memfd, readLines("/proc/self/maps"), fixed = TRUE))
   x <- as.double(seq_len(5e6)) + 0.5                        # 40 MB
-  first <- shared_info(share(x))$name
-  expect_true(maps_of(first))                                # x's pages are the segment's
+  first <- shared_info(share(x))
+  expect_true(maps_of(first$memfd))                          # x's pages are the segment's
   forget_shared(); for (i in 1:3) invisible(gc())
-  expect_false(file.exists(file.path(getOption("pageshare.dir"), first)))
-  second <- shared_info(v <- share(x))$name
-  expect_false(identical(first, second))
-  expect_false(maps_of(first))                               # nothing maps the old pages
-  expect_true(maps_of(second))
+  expect_false(first$name %in% shared_segments(all = TRUE))  # nobody holds it any more
+  second <- shared_info(v <- share(x))
+  expect_false(identical(first$name, second$name))
+  expect_false(maps_of(first$memfd))                         # nothing maps the old pages
+  expect_true(maps_of(second$memfd))
   expect_identical(x[5e6], 5e6 + 0.5)
   expect_identical(v[1], 1.5)
   rm(x, v); invisible(gc())
-})
-
-test_that("a segment directory that is not tmpfs gets a copy; the source keeps its pages", {
-  dir <- tempfile("pageshare-disk-")
-  dir.create(dir)
-  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
-  skip_if(identical(system2("stat", c("-f", "-c", "%T", dir), stdout = TRUE), "tmpfs"), "tempdir() is tmpfs here")
-  old <- options(pageshare.dir = dir)
-  on.exit(options(old), add = TRUE, after = FALSE)
-  x <- as.double(seq_len(5e6)) + 0.25                       # 40 MB
-  invisible(gc()); before <- own_kb(Sys.getpid())
-  v <- share(x)
-  expect_lt(abs(before - own_kb(Sys.getpid())), 8 * 1024)   # x kept its own pages
-  expect_identical(v[5e6], 5e6 + 0.25)
-  expect_false(any(grepl(dir, readLines("/proc/self/maps"), fixed = TRUE) &
-                   grepl("rw-p", readLines("/proc/self/maps"), fixed = TRUE)))
-  rm(x, v); forget_shared(); invisible(gc())
 })

@@ -99,7 +99,7 @@ test_that("a worker that receives the same data again maps it once", {
   y <- share(as.double(seq_len(1e5)) / 7)             # 800 KB, no attributes
   h <- with_handles(serialize(v, NULL))
   hy <- with_handles(serialize(y, NULL))
-  names <- c(shared_info(v)$name, shared_info(y)$name)
+  names <- c(shared_info(v)$memfd, shared_info(y)$memfd)   # as /proc/<pid>/maps shows them
   cl <- local_cluster(1L)
   parallel::clusterCall(cl, function(names) {
     # A pageshare task starts (as every backend's does), then its data arrive.

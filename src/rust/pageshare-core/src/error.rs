@@ -5,10 +5,18 @@ use std::fmt;
 
 #[derive(Debug)]
 pub enum Error {
-    /// Not enough free space in the segment directory.
-    NoSpace { dir: String, needed: u64, free: u64 },
-    /// The segment does not exist (released, or its owner exited).
-    Missing { name: String, dir: String },
+    /// Not enough memory for a segment.
+    NoSpace { needed: u64, free: u64 },
+    /// The segment does not exist any more (released, or its owner exited).
+    Missing { name: String },
+    /// The segment would take this process past `pageshare.max_shared_bytes`.
+    OverBudget { needed: u64, held: u64, budget: u64 },
+    /// This process is too close to its limit on open files to hold one more
+    /// segment's descriptor.
+    Descriptors { limit: u64 },
+    /// A file or directory pageshare must trust is not safe to use (another
+    /// owner, a link, a FIFO, open to other users).
+    Unsafe { path: String, why: String },
     /// A namespace/variable pair is already held by another live process.
     Taken { namespace: String, variable: String, holder_pid: u32 },
     /// The file is not a pageshare segment of this format, or is truncated.
@@ -39,18 +47,38 @@ pub fn human_bytes(n: u64) -> String {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NoSpace { dir, needed, free } => write!(
+            Error::NoSpace { needed, free } => write!(
                 f,
-                "not enough shared memory: the segment needs {} but {} has {} free; \
-                 free space there or point `options(pageshare.dir=)` at a larger tmpfs",
+                "not enough shared memory: the segment needs {} but only {} of memory is \
+                 available (the machine's MemAvailable, or this process's cgroup limit); \
+                 free memory or share less",
                 human_bytes(*needed),
-                dir,
                 human_bytes(*free)
             ),
-            Error::Missing { name, dir } => write!(
+            Error::Missing { name } => write!(
                 f,
-                "shared segment '{name}' does not exist in {dir}: its owner released it or \
+                "shared segment '{name}' does not exist any more: its owner released it or \
                  exited; share the object again in the owning session"
+            ),
+            Error::OverBudget { needed, held, budget } => write!(
+                f,
+                "not enough shared memory allowed: the segment needs {} and this session holds {} \
+                 in segments, of the {} that option `pageshare.max_shared_bytes` allows; raise the \
+                 option or release shared objects",
+                human_bytes(*needed),
+                human_bytes(*held),
+                human_bytes(*budget)
+            ),
+            Error::Descriptors { limit } => write!(
+                f,
+                "too many shared segments: this process may open {limit} files (`ulimit -n`) \
+                 and holds one per segment; release some (`releaseVariables()`, or `rm()` \
+                 views and `gc()`), share fewer, larger objects, or raise the hard limit"
+            ),
+            Error::Unsafe { path, why } => write!(
+                f,
+                "pageshare will not use {path}: {why}; remove it, or set `options(pageshare.dir=)` \
+                 to a directory of your own"
             ),
             Error::Taken { namespace, variable, holder_pid } => write!(
                 f,

@@ -1,22 +1,23 @@
-//! The bytes a view serializes to inside a dispatch scope: which segment (directory
-//! and name), which element type, and which slice of it. A handle is a few hundred
-//! bytes whatever the size of the data.
+//! The bytes a view serializes to inside a dispatch scope: where the segment is
+//! (a [`Locator`]), its name, which element type, and which slice of it. A
+//! handle is about a hundred bytes whatever the size of the data.
 //!
 //! ```text
-//! "PSH1" | kind u32 | offset u64 | length u64 | dir_len u16 | dir | name_len u16 | name
+//! "PSH2" | kind u32 | offset u64 | length u64 | locator | name_len u16 | name
 //! ```
 //! Handles arrive from other processes, so [`Handle::decode`] checks everything and
 //! never panics (property-tested).
 
 use crate::error::{Error, Result};
 use crate::header::Kind;
+use crate::locator::{self, Locator};
 use crate::naming;
 
-const MAGIC: &[u8; 4] = b"PSH1";
+const MAGIC: &[u8; 4] = b"PSH2";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Handle {
-    pub dir: String,
+    pub locator: Locator,
     pub name: String,
     pub kind: Kind,
     /// First element of the view within the segment.
@@ -31,15 +32,14 @@ fn bad(why: &str) -> Error {
 
 impl Handle {
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32 + self.dir.len() + self.name.len());
+        let mut b = Vec::with_capacity(32 + locator::ENCODED_LEN + self.name.len());
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&(self.kind as u32).to_le_bytes());
         b.extend_from_slice(&self.offset.to_le_bytes());
         b.extend_from_slice(&self.length.to_le_bytes());
-        for s in [&self.dir, &self.name] {
-            b.extend_from_slice(&(s.len() as u16).to_le_bytes());
-            b.extend_from_slice(s.as_bytes());
-        }
+        self.locator.encode_into(&mut b);
+        b.extend_from_slice(&(self.name.len() as u16).to_le_bytes());
+        b.extend_from_slice(self.name.as_bytes());
         b
     }
 
@@ -52,19 +52,16 @@ impl Handle {
         let kind = Kind::from_code(code).ok_or_else(|| bad("unknown element type"))?;
         let offset = u64::from_le_bytes(r.take(8)?.try_into().expect("8"));
         let length = u64::from_le_bytes(r.take(8)?.try_into().expect("8"));
-        let dir = r.string()?;
+        let locator = Locator::decode(r.take(locator::ENCODED_LEN)?).ok_or_else(|| bad("its locator is implausible"))?;
         let name = r.string()?;
         if r.at != b.len() {
             return Err(bad("it has trailing bytes"));
-        }
-        if !dir.starts_with('/') || dir.contains('\0') {
-            return Err(bad("its directory is not an absolute path"));
         }
         naming::validate(&name)?;
         if offset.checked_add(length).is_none() {
             return Err(bad("its slice overflows"));
         }
-        Ok(Handle { dir, name, kind, offset, length })
+        Ok(Handle { locator, name, kind, offset, length })
     }
 }
 
@@ -90,6 +87,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn loc() -> Locator {
+        Locator { pid: 1, start: 2, fd: 1024, dev: 3, ino: 4, size: 4096, token: [5; 16] }
+    }
+
     fn kinds() -> impl Strategy<Value = Kind> {
         prop_oneof![Just(Kind::Logical), Just(Kind::Integer), Just(Kind::Double), Just(Kind::Complex), Just(Kind::Raw), Just(Kind::Character)]
     }
@@ -97,9 +98,10 @@ mod tests {
     proptest! {
         #[test]
         fn handles_round_trip(kind in kinds(), offset in 0u64..(1 << 40), length in 0u64..(1 << 40),
-                              dir in "/[a-z/]{0,30}", ns in "\\PC{1,10}", var in "\\PC{1,10}") {
+                              pid in 1u32.., fd in 0i32.., token: [u8; 16], ns in "\\PC{1,10}", var in "\\PC{1,10}") {
             let name = naming::named(&ns, &var).unwrap();
-            let h = Handle { dir, name, kind, offset, length };
+            let locator = Locator { pid, start: 7, fd, dev: 1, ino: 2, size: 3, token };
+            let h = Handle { locator, name, kind, offset, length };
             prop_assert_eq!(Handle::decode(&h.encode()).unwrap(), h);
         }
 
@@ -110,7 +112,7 @@ mod tests {
 
         #[test]
         fn any_truncation_is_an_error(cut in 0usize..60) {
-            let h = Handle { dir: "/dev/shm".into(), name: "pageshare.a.1.abc".into(), kind: Kind::Double, offset: 0, length: 9 };
+            let h = Handle { locator: loc(), name: "pageshare.a.1.abc".into(), kind: Kind::Double, offset: 0, length: 9 };
             let b = h.encode();
             prop_assume!(cut < b.len());
             prop_assert!(Handle::decode(&b[..cut]).is_err());
@@ -119,9 +121,11 @@ mod tests {
 
     #[test]
     fn hostile_names_are_refused() {
-        let h = Handle { dir: "/dev/shm".into(), name: "../../etc/passwd".into(), kind: Kind::Raw, offset: 0, length: 1 };
+        let h = Handle { locator: loc(), name: "../../etc/passwd".into(), kind: Kind::Raw, offset: 0, length: 1 };
         assert!(Handle::decode(&h.encode()).is_err());
-        let h = Handle { dir: "relative".into(), name: "pageshare.a.1.x".into(), kind: Kind::Raw, offset: 0, length: 1 };
+        let h = Handle { locator: Locator { pid: 0, ..loc() }, name: "pageshare.a.1.x".into(), kind: Kind::Raw, offset: 0, length: 1 };
+        assert!(Handle::decode(&h.encode()).is_err());
+        let h = Handle { locator: loc(), name: "pageshare.a.1.x".into(), kind: Kind::Raw, offset: u64::MAX, length: 1 };
         assert!(Handle::decode(&h.encode()).is_err());
     }
 }

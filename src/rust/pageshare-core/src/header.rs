@@ -16,12 +16,14 @@
 //!  48     8  data offset               56  8  data length
 //!  64     4  owner pid                 72  8  owner start time
 //!  80     8  total size (= file size)
+//!  88    16  token: random, also carried by every handle of the segment, so
+//!            that a reused pid or descriptor can never be taken for it
 //! ```
 
 use crate::error::{Error, Result};
 
 pub const MAGIC: [u8; 8] = *b"PGSHARE\0";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 128;
 /// Data starts at least one page into the file, at a chosen offset within its
 /// page (the *phase*, a multiple of [`ELEM_ALIGN`]): a receiving process maps the
@@ -101,6 +103,7 @@ pub struct Header {
     pub owner_pid: u32,
     pub owner_start: u64,
     pub total_size: u64,
+    pub token: [u8; 16],
 }
 
 fn round_up(n: u64, to: u64) -> Option<u64> {
@@ -161,6 +164,7 @@ impl Header {
             owner_pid,
             owner_start,
             total_size,
+            token: [0; 16],
         })
     }
 
@@ -179,6 +183,7 @@ impl Header {
         b[64..68].copy_from_slice(&self.owner_pid.to_le_bytes());
         b[72..80].copy_from_slice(&self.owner_start.to_le_bytes());
         b[80..88].copy_from_slice(&self.total_size.to_le_bytes());
+        b[88..104].copy_from_slice(&self.token);
         b
     }
 
@@ -230,6 +235,7 @@ impl Header {
             owner_pid: u32_at(bytes, 64),
             owner_start: u64_at(bytes, 72),
             total_size: u64_at(bytes, 80),
+            token: bytes[88..104].try_into().expect("16 bytes"),
         };
         if h.total_size != file_size {
             return Err(bad(format!(

@@ -1,14 +1,11 @@
 //! Segment names.
 //!
 //! - Anonymous segments (from `share()` and the backends):
-//!   `pageshare.a.<owner pid>.<128 random bits in hex>` — unguessable, and the owner
-//!   is visible in `ls /dev/shm`.
+//!   `pageshare.a.<owner pid>.<128 random bits in hex>`.
 //! - Named segments (memshare's namespace + variable, so a worker can find them by
 //!   name): `pageshare.n.<namespace>.<variable>`, each part escaped so that any
-//!   string (unicode, `/`, `.`) gives a valid file name and two different pairs
-//!   never give the same name.
-//!
-//! The authoritative owner of every segment is in its header (pid + start time).
+//!   string (unicode, `/`, `.`) gives a valid index entry name and two different
+//!   pairs never give the same name.
 
 use crate::error::{Error, Result};
 use crate::os;

@@ -1,5 +1,5 @@
-//! The only module that calls libc directly: free space, page reservation,
-//! process identity and randomness. Everything else stays portable Rust.
+//! The only module that calls libc directly: memory files and their seals,
+//! free memory, page reservation, descriptors, process identity and randomness. Everything else stays portable Rust.
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -62,15 +62,213 @@ pub fn start_time(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Is the process (pid, start time) still running?
+/// Is the process (pid, start time) still running? A zombie (exited, not yet
+/// reaped by its parent) is not: it holds no descriptors and maps nothing.
 pub fn is_alive(pid: u32, start: u64) -> bool {
     if pid == 0 {
         return false;
     }
-    match start_time(pid) {
-        Some(s) => s == start,
+    match stat_fields(pid) {
+        Some((state, s)) => s == start && state != 'Z' && state != 'X',
         None => false,
     }
+}
+
+/// (state, start time) from /proc/PID/stat.
+fn stat_fields(pid: u32) -> Option<(char, u64)> {
+    let mut s = String::new();
+    File::open(format!("/proc/{pid}/stat")).ok()?.read_to_string(&mut s).ok()?;
+    let after = &s[s.rfind(')')? + 2..];
+    let mut f = after.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    Some((state, f.nth(18)?.parse().ok()?))
+}
+
+/// The descriptors of segments are kept at or above this number, so that the
+/// low numbers stay free for sockets: R watches its sockets with select(),
+/// which cannot take a descriptor of FD_SETSIZE (1024) or more.
+pub const SEGMENT_FD_FLOOR: i32 = 1024;
+/// Descriptors left free below the soft limit for everything else.
+const FD_HEADROOM: u64 = 64;
+
+/// Raise the soft limit on open files to the hard limit (each segment's owner
+/// holds one descriptor); returns the soft limit in force afterwards.
+pub fn raise_open_files_limit() -> u64 {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `rl` is a writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 0;
+    }
+    if rl.rlim_cur < rl.rlim_max {
+        let want = libc::rlimit { rlim_cur: rl.rlim_max, rlim_max: rl.rlim_max };
+        // SAFETY: raising the soft limit up to the hard one is always permitted.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return want.rlim_cur;
+        }
+    }
+    rl.rlim_cur
+}
+
+fn open_files_limit() -> u64 {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `rl` is a writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    rl.rlim_cur
+}
+
+/// A new anonymous memory file (memfd) named `name` (shown in /proc, never in
+/// a directory), close-on-exec and sealable, placed at a descriptor number of
+/// at least [`SEGMENT_FD_FLOOR`] when the limit on open files allows.
+/// `Err(Error::Descriptors)` when this process is too close to that limit.
+pub fn memfd(name: &str) -> Result<File> {
+    use std::os::unix::io::FromRawFd;
+    let c = std::ffi::CString::new(name).map_err(|_| Error::Argument("a segment name contains a NUL byte".into()))?;
+    // SAFETY: `c` is a valid NUL-terminated string; the flags are valid.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EMFILE) | Some(libc::ENFILE) => descriptors_error(),
+            _ => Error::os("cannot create an anonymous shared memory file (memfd_create)", e),
+        });
+    }
+    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
+    place_high(unsafe { File::from_raw_fd(fd) })
+}
+
+/// `file` moved to a descriptor number of at least [`SEGMENT_FD_FLOOR`] when
+/// the limit on open files allows; `Err(Error::Descriptors)` when this process
+/// is too close to that limit to hold it.
+pub fn place_high(low: File) -> Result<File> {
+    use std::os::unix::io::FromRawFd;
+    let limit = open_files_limit();
+    let placed = if limit > SEGMENT_FD_FLOOR as u64 + FD_HEADROOM && low.as_raw_fd() < SEGMENT_FD_FLOOR {
+        // SAFETY: duplicating a descriptor we own.
+        let high = unsafe { libc::fcntl(low.as_raw_fd(), libc::F_DUPFD_CLOEXEC, SEGMENT_FD_FLOOR) };
+        if high < 0 {
+            return Err(descriptors_error());
+        }
+        // SAFETY: `high` is a fresh descriptor owned by nobody else.
+        unsafe { File::from_raw_fd(high) }
+    } else {
+        low
+    };
+    if placed.as_raw_fd() as u64 + FD_HEADROOM >= limit {
+        return Err(descriptors_error());
+    }
+    Ok(placed)
+}
+
+fn descriptors_error() -> Error {
+    Error::Descriptors { limit: open_files_limit() }
+}
+
+const ALL_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+
+/// Seal a memfd for good: nobody, the owner included, can shrink, grow or
+/// write it again, or remove the seals. Fails (EBUSY) while a shared writable
+/// mapping of it exists.
+pub fn seal(file: &File) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor owned by `file`.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, ALL_SEALS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Does `file` carry every seal [`seal`] sets? Only then can nothing anyone
+/// does to it make a reader of its mapping fault.
+pub fn is_sealed(file: &File) -> bool {
+    // SAFETY: fcntl on a descriptor owned by `file`.
+    let s = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    s >= 0 && s & ALL_SEALS == ALL_SEALS
+}
+
+/// What /proc shows for a memfd made by [`memfd`] with `name`.
+pub fn memfd_path(name: &str) -> String {
+    format!("/memfd:{name}")
+}
+
+/// Open descriptor `fd` of process `pid` (through /proc/PID/fd, which needs the
+/// same user, or root) read-only, if it is a memfd whose name starts with
+/// `prefix`. Never blocks (O_NONBLOCK: a FIFO put there cannot hang us) and
+/// never opens anything else by name (the link is read first).
+pub fn open_process_memfd(pid: u32, fd: i32, prefix: &str) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let link = format!("/proc/{pid}/fd/{fd}");
+    let target = std::fs::read_link(&link)?;
+    let shown = target.to_string_lossy();
+    if !shown.starts_with(&memfd_path(prefix)) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("descriptor {fd} of process {pid} is {shown}")));
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(&link)
+}
+
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Memory a new segment can take without pushing the machine or this
+/// process's cgroup into the OOM killer: the smaller of the kernel's
+/// MemAvailable and, for each memory-limited cgroup above this process, its
+/// limit minus what it uses besides page cache. Segments live in memory (memfd
+/// pages count as Shmem), whatever the size of /dev/shm.
+pub fn available_memory() -> u64 {
+    let mut free = meminfo_available().unwrap_or(u64::MAX);
+    for (max, used) in cgroup_limits() {
+        free = free.min(max.saturating_sub(used));
+    }
+    free
+}
+
+fn meminfo_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// (limit, use minus its reclaimable page cache) of this process's memory
+/// cgroup and each ancestor that has a limit: cgroup v2 (memory.max) and v1
+/// (memory.limit_in_bytes).
+fn cgroup_limits() -> Vec<(u64, u64)> {
+    let Ok(s) = std::fs::read_to_string("/proc/self/cgroup") else { return Vec::new() };
+    let mut out = Vec::new();
+    for line in s.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(rel)) = (f.next(), f.next(), f.next()) else { continue };
+        let (root, max, current, cache) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file ")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file ")
+        } else {
+            continue;
+        };
+        let root = Path::new(root);
+        let mut dir = root.join(rel.trim_start_matches('/'));
+        loop {
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+            // v1 writes "no limit" as a huge number, v2 as "max" (which does not parse)
+            if let Some(limit) = read(max).and_then(|m| m.trim().parse::<u64>().ok()).filter(|&l| l < 1 << 62) {
+                let used = read(current).and_then(|c| c.trim().parse::<u64>().ok()).unwrap_or(0);
+                let reclaimable = read("memory.stat")
+                    .and_then(|st| st.lines().find_map(|l| l.strip_prefix(cache)).and_then(|v| v.trim().parse::<u64>().ok()))
+                    .unwrap_or(0);
+                out.push((limit, used.saturating_sub(reclaimable)));
+            }
+            if dir == root || !dir.pop() {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// `n` bytes from the kernel's random source, for unguessable names and secrets.

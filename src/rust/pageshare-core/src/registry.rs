@@ -1,21 +1,51 @@
 //! This process's view of the segments: one mapping per segment (shared by every
-//! view of it), and the named segments this process registered (held until
-//! released). Views hold `Arc<Segment>`; when the last one goes, the mapping is
-//! unmapped and, in the owner, the segment unlinked.
+//! view of it, found again by the segment's token), and the named segments this
+//! process registered (held, and published in the index, until released).
+//! Views hold `Arc<Segment>`; when the last one goes, the mapping is unmapped
+//! and, in the holder, the descriptor closed.
 
 use crate::error::Result;
+use crate::index;
+use crate::locator::Locator;
 use crate::segment::{Contents, Handover, Segment};
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-type Key = (PathBuf, String);
+/// The most bytes this process may hold in segments it made
+/// (`pageshare.max_shared_bytes`); `u64::MAX` for no limit.
+static BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
+
+pub fn set_budget(bytes: u64) {
+    BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// Bytes of the segments this process holds.
+pub fn held_bytes() -> u64 {
+    live().iter().filter(|s| s.owned_here()).map(|s| s.total_size()).sum()
+}
+
+/// Refuse a new segment of about `needed` bytes that would exceed the budget.
+fn check_budget(contents: &Contents<'_>) -> Result<()> {
+    let budget = BUDGET.load(Ordering::Relaxed);
+    if budget == u64::MAX {
+        return Ok(());
+    }
+    let needed = contents.data_len.saturating_add(contents.attributes.len() as u64).saturating_add(4096);
+    let held = held_bytes();
+    if held.saturating_add(needed) > budget {
+        return Err(crate::Error::OverBudget { needed, held, budget });
+    }
+    Ok(())
+}
 
 #[derive(Default)]
 struct State {
-    mappings: HashMap<Key, Weak<Segment>>,
-    registered: HashMap<Key, Arc<Segment>>,
+    mappings: HashMap<[u8; 16], Weak<Segment>>,
+    /// name -> (segment, index base it is published under)
+    registered: HashMap<String, (Arc<Segment>, PathBuf)>,
 }
 
 static STATE: Lazy<Mutex<State>> = Lazy::new(|| Mutex::new(State::default()));
@@ -24,25 +54,19 @@ fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The mapping of `dir/name` in this process, mapping it on first use.
-pub fn open(dir: &Path, name: &str) -> Result<Arc<Segment>> {
-    let key = (dir.to_path_buf(), name.to_string());
-    let known = state().mappings.get(&key).and_then(Weak::upgrade);
-    // A name can be unlinked and created again (a re-registered variable): the
-    // old mapping is only reused while the name still holds the same file.
-    if let Some(seg) = known.filter(|s| s.is_current()) {
+/// The mapping of the segment `locator` points at, mapping it on first use
+/// (received once: every handle of a segment gives the same mapping).
+pub fn open(locator: &Locator, name: &str) -> Result<Arc<Segment>> {
+    if let Some(seg) = state().mappings.get(&locator.token).and_then(Weak::upgrade) {
         return Ok(seg);
     }
-    let seg = Arc::new(Segment::open(dir, name)?);
-    let mut st = state();
-    st.mappings.retain(|_, w| w.strong_count() > 0);
-    st.mappings.insert(key, Arc::downgrade(&seg));
-    Ok(seg)
+    Ok(remember(Arc::new(Segment::open(locator, name)?)))
 }
 
-/// Create a segment owned by this process and remember its mapping.
-pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Arc<Segment>> {
-    Ok(remember(Arc::new(Segment::create(dir, name, contents, fill)?)))
+/// Create a segment held by this process and remember its mapping.
+pub fn create(name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Arc<Segment>> {
+    check_budget(&contents)?;
+    Ok(remember(Arc::new(Segment::create(name, contents, fill)?)))
 }
 
 /// A segment holding a copy of `data` ([`Segment::create_copy`], or with
@@ -52,17 +76,17 @@ pub fn create(dir: &Path, name: &str, contents: Contents<'_>, fill: impl FnOnce(
 /// # Safety
 /// With a handover, as for [`Segment::create_copy_handing_over`].
 pub unsafe fn create_copy(
-    dir: &Path,
     name: &str,
     contents: Contents<'_>,
     data: &[u8],
     phase: u64,
     handover: Option<Handover>,
 ) -> Result<(Arc<Segment>, usize)> {
+    check_budget(&contents)?;
     let (seg, handed) = match handover {
         // SAFETY: forwarded to the caller.
-        Some(h) => unsafe { Segment::create_copy_handing_over(dir, name, contents, data, phase, h)? },
-        None => (Segment::create_copy(dir, name, contents, data, phase)?, 0),
+        Some(h) => unsafe { Segment::create_copy_handing_over(name, contents, data, phase, h)? },
+        None => (Segment::create_copy(name, contents, data, phase)?, 0),
     };
     Ok((remember(Arc::new(seg)), handed))
 }
@@ -70,22 +94,27 @@ pub unsafe fn create_copy(
 fn remember(seg: Arc<Segment>) -> Arc<Segment> {
     let mut st = state();
     st.mappings.retain(|_, w| w.strong_count() > 0);
-    st.mappings.insert((seg.dir().to_path_buf(), seg.name().to_string()), Arc::downgrade(&seg));
+    st.mappings.insert(seg.token(), Arc::downgrade(&seg));
     seg
 }
 
-/// Keep a named segment alive until [`release`] (memshare's registerVariables).
-pub fn hold(seg: Arc<Segment>) {
-    state().registered.insert((seg.dir().to_path_buf(), seg.name().to_string()), seg);
+/// Hold a named segment until [`release`] and publish it under its name in
+/// the index under `base` (memshare's registerVariables).
+pub fn register(base: &Path, seg: Arc<Segment>) -> Result<()> {
+    index::publish(base, seg.name(), &seg.locator())?;
+    state().registered.insert(seg.name().to_string(), (seg, base.to_path_buf()));
+    Ok(())
 }
 
-/// Stop holding a registered segment and unlink its name now; views of it in any
-/// process keep reading until they are dropped. Returns false if it was not held.
-pub fn release(dir: &Path, name: &str) -> bool {
-    let seg = state().registered.remove(&(dir.to_path_buf(), name.to_string()));
-    match seg {
-        Some(s) => {
-            s.unlink();
+/// Stop holding a registered segment and withdraw its index entry; views of it
+/// in any process keep reading until they are dropped. Returns false if it was
+/// not held.
+pub fn release(name: &str) -> bool {
+    let entry = state().registered.remove(name);
+    match entry {
+        Some((s, base)) => {
+            index::withdraw(&base, name, &s.token());
+            s.release();
             true
         }
         None => false,
@@ -94,34 +123,63 @@ pub fn release(dir: &Path, name: &str) -> bool {
 
 /// Names of the segments this process holds as registered, sorted.
 pub fn held() -> Vec<String> {
-    let mut v: Vec<String> = state().registered.keys().map(|(_, n)| n.clone()).collect();
+    let mut v: Vec<String> = state().registered.keys().cloned().collect();
+    v.sort();
+    v
+}
+
+fn live() -> Vec<Arc<Segment>> {
+    state().mappings.values().filter_map(Weak::upgrade).collect()
+}
+
+/// Names of the segments this process holds (made or adopted, not released),
+/// sorted: what other processes can still open through it.
+pub fn owned() -> Vec<String> {
+    let mut v: Vec<String> = live().iter().filter(|s| s.owned_here()).map(|s| s.name().to_string()).collect();
     v.sort();
     v
 }
 
 /// Names of the segments this process currently maps, sorted.
 pub fn mapped() -> Vec<String> {
-    let mut v: Vec<String> =
-        state().mappings.iter().filter(|(_, w)| w.strong_count() > 0).map(|(k, _)| k.1.clone()).collect();
+    let mut v: Vec<String> = live().iter().map(|s| s.name().to_string()).collect();
     v.sort();
     v
 }
 
-/// How many mapped segments are no longer linked under their name (their owner
-/// unlinked or replaced them): the pages of those stay alive only as long as
-/// this process maps them, so it is worth collecting garbage views then.
+/// The mapped segments no process holds any more (released, or their owner
+/// exited): their pages stay alive only as long as this process maps them, so
+/// it is worth collecting garbage views then.
 pub fn stale() -> Vec<String> {
-    let live: Vec<Arc<Segment>> = state().mappings.values().filter_map(Weak::upgrade).collect();
-    live.iter().filter(|s| !s.is_current()).map(|s| s.name().to_string()).collect()
+    live().iter().filter(|s| !s.is_current()).map(|s| s.name().to_string()).collect()
 }
 
-/// Release every registered segment (package unload).
-pub fn release_all() -> usize {
-    let all: Vec<Arc<Segment>> = state().registered.drain().map(|(_, s)| s).collect();
-    for s in &all {
-        s.unlink();
+/// At a normal exit: withdraw the index entries of the names this process
+/// registered (a forked child, which inherited them, withdraws nothing).
+pub fn withdraw_at_exit() {
+    let st = state();
+    for (name, (seg, base)) in st.registered.iter() {
+        if seg.owned_here() {
+            index::withdraw(base, name, &seg.token());
+        }
     }
-    all.len()
+}
+
+/// Release every registered segment and stop holding every other one
+/// (package unload). Mappings stay valid while views of them exist.
+pub fn release_all() -> usize {
+    let registered: Vec<String> = state().registered.keys().cloned().collect();
+    let mut n = 0;
+    for name in registered {
+        n += release(&name) as usize;
+    }
+    for s in live() {
+        if s.owned_here() {
+            s.release();
+            n += 1;
+        }
+    }
+    n
 }
 
 #[cfg(test)]
@@ -130,47 +188,50 @@ mod tests {
     use crate::header::Kind;
     use crate::naming;
 
-    fn make(dir: &Path, name: &str) -> Arc<Segment> {
-        create(dir, name, Contents { kind: Kind::Raw, length: 4, data_len: 4, attributes: b"" }, |d| {
-            d.copy_from_slice(b"abcd")
-        })
-        .unwrap()
+    fn make(name: &str) -> Arc<Segment> {
+        create(name, Contents { kind: Kind::Raw, length: 4, data_len: 4, attributes: b"" }, |d| d.copy_from_slice(b"abcd"))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_budget_refuses_what_would_exceed_it() {
+        let keep = make(&naming::anonymous().unwrap());
+        set_budget(held_bytes() + 4096 + 100);
+        let small = Contents { kind: Kind::Raw, length: 10, data_len: 10, attributes: b"" };
+        let s = create(&naming::anonymous().unwrap(), small, |d| d.fill(1)).unwrap();
+        let big = Contents { kind: Kind::Raw, length: 1 << 20, data_len: 1 << 20, attributes: b"" };
+        let e = create(&naming::anonymous().unwrap(), big, |_| unreachable!()).unwrap_err();
+        set_budget(u64::MAX);
+        assert!(matches!(e, crate::Error::OverBudget { .. }), "{e}");
+        assert!(e.to_string().contains("pageshare.max_shared_bytes"));
+        drop((keep, s));
     }
 
     #[test]
     fn one_mapping_per_segment() {
-        let dir = tempfile::tempdir().unwrap();
         let name = naming::anonymous().unwrap();
-        let a = make(dir.path(), &name);
-        let b = open(dir.path(), &name).unwrap();
+        let a = make(&name);
+        let b = open(&a.locator(), &name).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         assert!(mapped().contains(&name));
         drop((a, b));
-        assert!(!dir.path().join(&name).exists());
+        assert!(!mapped().contains(&name));
     }
 
     #[test]
-    fn held_segments_live_until_released() {
-        let dir = tempfile::tempdir().unwrap();
+    fn registered_segments_live_until_released() {
+        let base = tempfile::tempdir().unwrap();
         let name = naming::named("regtest", "v").unwrap();
-        hold(make(dir.path(), &name));
+        register(base.path(), make(&name)).unwrap();
         assert!(held().contains(&name));
-        let view = open(dir.path(), &name).unwrap();
-        assert!(release(dir.path(), &name));
-        assert!(!dir.path().join(&name).exists());
-        assert_eq!(view.data(), b"abcd"); // still mapped
-        assert!(!release(dir.path(), &name));
-    }
-
-    #[test]
-    fn a_mapping_whose_name_was_unlinked_is_stale() {
-        let dir = tempfile::tempdir().unwrap();
-        let name = naming::named("staletest", "v").unwrap();
-        hold(make(dir.path(), &name));
-        let view = open(dir.path(), &name).unwrap();
+        let loc = index::lookup(base.path(), &name).unwrap();
+        let view = open(&loc, &name).unwrap();
         assert!(!stale().contains(&name));
-        assert!(release(dir.path(), &name)); // unlinked; `view` still maps it
-        assert!(stale().contains(&name));
+        assert!(release(&name));
+        assert!(index::lookup(base.path(), &name).is_err());
+        assert!(stale().contains(&name)); // nobody holds it; `view` still maps it
+        assert_eq!(view.data(), b"abcd");
+        assert!(!release(&name));
         drop(view);
         assert!(!stale().contains(&name));
     }

@@ -20,7 +20,6 @@ use pageshare_core::handle::Handle;
 use pageshare_core::header::Kind;
 use pageshare_core::registry;
 use std::os::raw::{c_int, c_void};
-use std::path::Path;
 
 const KINDS: [Kind; 6] = [Kind::Double, Kind::Integer, Kind::Logical, Kind::Raw, Kind::Complex, Kind::Character];
 static mut CLASSES: [Option<R_altrep_class_t>; 6] = [None; 6];
@@ -186,8 +185,13 @@ unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
         if R_altrep_data2(x) != nil() || view.is_modified() {
             return std::ptr::null_mut(); // written here: no longer the segment's data
         }
+        if !view.seg.is_current() {
+            // Nobody holds the segment any more (released, its owner gone): a
+            // receiver could not open it, so it gets the data instead.
+            return std::ptr::null_mut();
+        }
         let handle = Handle {
-            dir: view.seg.dir().to_string_lossy().into_owned(),
+            locator: view.seg.locator(),
             name: view.seg.name().to_string(),
             kind: view.kind,
             offset: view.offset,
@@ -212,7 +216,7 @@ unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
             std::slice::from_raw_parts(RAW(state), XLENGTH(state) as usize).to_vec()
         };
         let h = Handle::decode(&bytes).map_err(|e| RError::from(e).context("a pageshare handle could not be read"))?;
-        let seg = registry::open(Path::new(&h.dir), &h.name).map_err(|e| {
+        let seg = registry::open(&h.locator, &h.name).map_err(|e| {
             RError::from(e).context(&format!("a pageshare view could not be mapped in process {}", std::process::id()))
         })?;
         let hdr = seg.header();

@@ -32,8 +32,11 @@ pub enum ErrorKind {
     NameTaken,
     /// No variable of that name is registered in that namespace.
     NotRegistered,
-    /// The operating system refused access.
+    /// The operating system refused access, or a file pageshare must trust is
+    /// not safe to use (another user's, a link, open to others).
     Permission,
+    /// Too close to the limit on open files to hold one more segment.
+    TooManySegments,
     /// A bad argument or option.
     BadArgument,
     /// An object of a type that cannot be shared.
@@ -53,6 +56,7 @@ impl ErrorKind {
             ErrorKind::NameTaken => "pageshare_name_taken",
             ErrorKind::NotRegistered => "pageshare_not_registered",
             ErrorKind::Permission => "pageshare_permission",
+            ErrorKind::TooManySegments => "pageshare_too_many_segments",
             ErrorKind::BadArgument => "pageshare_bad_argument",
             ErrorKind::UnsupportedType => "pageshare_unsupported_type",
             ErrorKind::System => "pageshare_system",
@@ -97,11 +101,13 @@ impl From<pageshare_core::Error> for RError {
     fn from(e: pageshare_core::Error) -> RError {
         use pageshare_core::Error as E;
         let kind = match &e {
-            E::NoSpace { .. } => ErrorKind::NoSpace,
+            E::NoSpace { .. } | E::OverBudget { .. } => ErrorKind::NoSpace,
             E::Missing { .. } => ErrorKind::SegmentGone,
             E::Taken { .. } => ErrorKind::NameTaken,
             E::Invalid { .. } => ErrorKind::InvalidSegment,
             E::Argument(_) => ErrorKind::BadArgument,
+            E::Descriptors { .. } => ErrorKind::TooManySegments,
+            E::Unsafe { .. } => ErrorKind::Permission,
             E::Os { source, .. } => match source.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EPERM) => ErrorKind::Permission,
                 Some(libc::ENOSPC) => ErrorKind::NoSpace,
@@ -110,6 +116,7 @@ impl From<pageshare_core::Error> for RError {
         };
         let space = match &e {
             E::NoSpace { needed, free, .. } => Some((*needed, *free)),
+            E::OverBudget { needed, held, budget } => Some((*needed, budget.saturating_sub(*held))),
             _ => None,
         };
         RError { kind, message: e.to_string(), space }

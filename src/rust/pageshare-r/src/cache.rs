@@ -130,8 +130,7 @@ unsafe fn holds_view_data(x: SEXP, e: &Entry) -> bool {
 /// went back to the system; an object allocated at the same place since has
 /// memory of its own.)
 fn handover_intact(h: Handover, seg: &pageshare_core::segment::Segment) -> bool {
-    let path = seg.dir().join(seg.name());
-    pageshare_core::os::private_file_mapping_covers(h.lo, h.hi, &path.to_string_lossy())
+    pageshare_core::os::private_file_mapping_covers(h.lo, h.hi, &seg.maps_path())
         && pageshare_core::os::has_private_pages(h.lo as *const u8, h.hi - h.lo) == Some(false)
 }
 

@@ -30,10 +30,10 @@ macro_rules! call_entries {
     };
 }
 
-extern "C" fn unlink_at_exit() {
-    // Normal process exit: remove what this process still owns. (kill -9 is the
-    // sweep's job.) Only the creating pid unlinks, so forked children do nothing.
-    pageshare_core::segment::unlink_all_owned(None);
+extern "C" fn withdraw_at_exit() {
+    // A normal exit leaves no index entry (kill -9 leaves a stale one, removed
+    // by the next lookup or sweep). Never panics: errors are ignored.
+    let _ = std::panic::catch_unwind(pageshare_core::registry::withdraw_at_exit);
 }
 
 /// # Safety
@@ -41,7 +41,7 @@ extern "C" fn unlink_at_exit() {
 #[no_mangle]
 pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
     let entries = call_entries![
-        ps_share / 5,
+        ps_share / 4,
         ps_is_view / 1,
         ps_view_info / 1,
         ps_scope / 1,
@@ -50,7 +50,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_register / 7,
         ps_retrieve / 3,
         ps_set_attributes / 2,
-        ps_release / 3,
+        ps_release / 2,
         ps_held / 0,
         ps_mapped / 0,
         ps_mapped_stale / 0,
@@ -62,14 +62,19 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_disown / 1,
         ps_adopt / 1,
         ps_namespace_variables / 2,
-        ps_free_bytes / 1,
-        ps_share_packed / 4,
+        ps_free_bytes / 0,
+        ps_release_handoffs / 0,
+        ps_set_budget / 1,
+        ps_held_bytes / 0,
+        ps_share_packed / 3,
         ps_serialized_size / 1,
         ps_binding / 2,
         ps_restore_binding / 5,
         ps_unlock_binding / 2,
         ps_mutual_info / 10,
     ];
+    // Each segment this process holds takes a descriptor (see pageshare-core's os.rs).
+    pageshare_core::os::raise_open_files_limit();
     // R keeps the pointer: leak the table for the life of the process.
     let table: &'static [R_CallMethodDef] = Box::leak(Box::new(entries));
     // SAFETY: R's registration API, at load, on the main thread.
@@ -77,7 +82,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         R_registerRoutines(dll, std::ptr::null(), table.as_ptr(), std::ptr::null(), std::ptr::null());
         R_useDynamicSymbols(dll, Rboolean::FALSE);
         altrep::register(dll);
-        libc::atexit(unlink_at_exit);
+        libc::atexit(withdraw_at_exit);
     }
     let _: c_int = 0;
 }

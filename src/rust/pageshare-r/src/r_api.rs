@@ -11,7 +11,7 @@ use crate::view::{kind_of, make_view, view_of, HANDLE_SCOPE};
 use pageshare_core::header::Kind;
 use pageshare_core::segment::{Contents, Handover};
 use pageshare_core::strings::{self, Encoding};
-use pageshare_core::{naming, registry, segment, sweep};
+use pageshare_core::{index, naming, registry, segment};
 use std::ffi::CStr;
 
 // Entry points written in C (src/*.c) because they call R functions that may
@@ -113,17 +113,15 @@ unsafe fn string_items(x: SEXP) -> Vec<Option<(&'static [u8], Encoding)>> {
     }
 }
 
-/// Copy `x`'s data into a new segment `dir/name` and return a view of it. With
+/// Copy `x`'s data into a new segment called `name` and return a view of it. With
 /// `release_source`, `x`'s own pages are then replaced by the segment's
 /// (source_pages.rs), so that the data are held once.
 unsafe fn copy_into_segment(
     x: SEXP,
-    dir: &Path,
     name: &str,
     attr_blob: &[u8],
-    hold: bool,
     release_source: bool,
-) -> Result<(SEXP, Option<Handover>), RError> {
+) -> Result<(SEXP, Option<Handover>, std::sync::Arc<segment::Segment>), RError> {
     // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
     unsafe {
         let kind = kind_of(x)?;
@@ -133,7 +131,7 @@ unsafe fn copy_into_segment(
             let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
             let data_len = strings::packed_len(items.len() as u64, total).ok_or_else(|| RError::argument("the character vector is too large to share"))?;
             let contents = Contents { kind, length: items.len() as u64, data_len, attributes: attr_blob };
-            registry::create(dir, name, contents, |dst| strings::pack(items.iter().copied(), dst)).map_err(msg)?
+            registry::create(name, contents, |dst| strings::pack(items.iter().copied(), dst)).map_err(msg)?
         } else {
             let len = XLENGTH(x) as u64;
             let bytes = (len * kind.elem_size()) as usize;
@@ -141,18 +139,15 @@ unsafe fn copy_into_segment(
             // The phase only matters for a source whose pages can be released.
             let phase = if bytes > 0 && ALTREP(x) == 0 { source_pages::phase_of(x) } else { 0 };
             let contents = Contents { kind, length: len, data_len: bytes as u64, attributes: attr_blob };
-            let handover = if release_source && ALTREP(x) == 0 { source_pages::handover(x, bytes, dir) } else { None };
+            let handover = if release_source && ALTREP(x) == 0 { source_pages::handover(x, bytes) } else { None };
             // SAFETY: handed-over pages are x's own (checked by handover()); R is
             // single-threaded, so nothing writes them during the copy.
-            let (seg, n) = registry::create_copy(dir, name, contents, data, phase, handover).map_err(msg)?;
+            let (seg, n) = registry::create_copy(name, contents, data, phase, handover).map_err(msg)?;
             handed = handover.filter(|_| n > 0).map(|h| Handover { lo: h.lo, hi: h.lo + n });
             seg
         };
-        if hold {
-            registry::hold(seg.clone());
-        }
         let len = seg.header().length;
-        Ok((make_view(seg, kind, 0, len), handed))
+        Ok((make_view(seg.clone(), kind, 0, len), handed, seg))
     }
 }
 
@@ -162,7 +157,7 @@ const ATTRIBUTES_FAILED: &str = "the attributes of the object could not be given
 
 /// share(x): the view of x (itself if x is a view; the cached one if x was shared).
 #[no_mangle]
-pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, release_source: SEXP) -> SEXP {
+pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, cache_limit: SEXP, release_source: SEXP) -> SEXP {
     guard(|| unsafe {
         if view_of(x).is_some() {
             return Ok(x);
@@ -172,10 +167,9 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, r
         }
         let limit = Rf_asReal(cache_limit);
         let limit = if limit.is_finite() && limit >= 0.0 { limit as u64 } else { u64::MAX };
-        let dir = dir_arg(dir)?;
         let name = naming::anonymous().map_err(msg)?;
         let release = Rf_asInteger(release_source) == 1;
-        let (view, handed) = copy_into_segment(x, &dir, &name, &[], false, release)?;
+        let (view, handed, _) = copy_into_segment(x, &name, &[], release)?;
         let view = Rf_protect(view);
         if !set_attributes(view, attrs) {
             Rf_unprotect(1);
@@ -197,7 +191,7 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP, r
 /// handles this way, at the cost of one segment, one descriptor and one
 /// mapping for all of them.
 #[no_mangle]
-pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, dir: SEXP, cache_limit: SEXP) -> SEXP {
+pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, cache_limit: SEXP) -> SEXP {
     guard(|| unsafe {
         let n = XLENGTH(leaves);
         if n == 0 || TYPEOF(leaves) != SEXPTYPE::VECSXP || XLENGTH(attrs) != n {
@@ -234,10 +228,9 @@ pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, dir: SEXP, cache_li
             return Err(RError::argument("the vectors are too large to pack"));
         };
         let made = (|| {
-            let dir = dir_arg(dir)?;
             let name = naming::anonymous().map_err(msg)?;
             let contents = Contents { kind, length: total, data_len, attributes: &[] };
-            registry::create(&dir, &name, contents, |dst| {
+            registry::create(&name, contents, |dst| {
                 let mut at = 0usize;
                 for (i, len) in &todo {
                     let bytes = (*len * elem) as usize;
@@ -402,7 +395,7 @@ unsafe fn info_list(i: &Info<'_>) -> SEXP {
     unsafe {
         let vals = [
             Rf_protect(Rf_ScalarString(mk_string(i.seg.name()))),
-            Rf_protect(Rf_ScalarString(mk_string(&i.seg.dir().to_string_lossy()))),
+            Rf_protect(Rf_ScalarInteger(i.seg.locator().fd)),
             Rf_protect(Rf_ScalarReal(i.bytes as f64)),
             Rf_protect(Rf_ScalarReal(i.seg.total_size() as f64)),
             Rf_protect(Rf_ScalarInteger(i.seg.owner().0 as i32)),
@@ -412,10 +405,11 @@ unsafe fn info_list(i: &Info<'_>) -> SEXP {
             Rf_protect(Rf_ScalarReal(i.len as f64)),
             Rf_protect(Rf_ScalarReal(i.materializations as f64)),
             Rf_protect(Rf_ScalarLogical(i.private_copy as i32)),
+            Rf_protect(Rf_ScalarString(mk_string(&i.seg.maps_path()))),
         ];
         let out = named_list(&[
             ("name", vals[0]),
-            ("dir", vals[1]),
+            ("fd", vals[1]),
             ("bytes", vals[2]),
             ("segment_bytes", vals[3]),
             ("owner_pid", vals[4]),
@@ -425,6 +419,7 @@ unsafe fn info_list(i: &Info<'_>) -> SEXP {
             ("length", vals[8]),
             ("materializations", vals[9]),
             ("private_copy", vals[10]),
+            ("memfd", vals[11]),
         ]);
         Rf_unprotect(vals.len() as i32);
         out
@@ -450,43 +445,43 @@ pub extern "C" fn ps_scope(delta: SEXP) -> SEXP {
     })
 }
 
+/// Remove stale index entries (their holder is gone) under `dir`.
 #[no_mangle]
 pub extern "C" fn ps_sweep(dir: SEXP) -> SEXP {
     guard(|| unsafe {
         let dir = dir_arg(dir)?;
-        let removed = sweep::sweep(&dir).map_err(|e| RError::system(format!("cannot sweep {}: {e}", dir.display())))?;
-        Ok(strings(&removed))
+        Ok(strings(&index::sweep(&dir).map_err(msg)?))
     })
 }
 
-/// Names of the pageshare segments present in `dir` (for diagnostics and tests).
+/// The segments that exist for this process's user as far as it can tell: the
+/// ones it holds, and the registered ones some live process holds (from the
+/// index under `dir`). Sorted, for diagnostics and tests.
 #[no_mangle]
 pub extern "C" fn ps_list_segments(dir: SEXP) -> SEXP {
     guard(|| unsafe {
         let dir = dir_arg(dir)?;
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| RError::system(format!("cannot list {}: {e}", dir.display())))?
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| naming::is_ours(n))
-            .collect();
+        let mut names = registry::owned();
+        names.extend(index::live_names(&dir).map_err(msg)?);
         names.sort();
+        names.dedup();
         Ok(strings(&names))
     })
 }
 
-/// Variables registered in `namespace` by any process (from the segment names in `dir`).
+/// Variables registered in `namespace` by any live process of this user.
 #[no_mangle]
 pub extern "C" fn ps_namespace_variables(ns: SEXP, dir: SEXP) -> SEXP {
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let dir = dir_arg(dir)?;
-        let mut vars: Vec<String> = std::fs::read_dir(&dir)
-            .map_err(|e| RError::system(format!("cannot list {}: {e}", dir.display())))?
-            .filter_map(|e| naming::parse_named(&e.ok()?.file_name().into_string().ok()?))
+        let vars: Vec<String> = index::live_names(&dir)
+            .map_err(msg)?
+            .iter()
+            .filter_map(|n| naming::parse_named(n))
             .filter(|(n, _)| *n == ns)
             .map(|(_, v)| v)
             .collect();
-        vars.sort();
         Ok(strings(&vars))
     })
 }
@@ -505,9 +500,15 @@ pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: S
             &[]
         };
         let release = Rf_asInteger(release_source) == 1;
-        let view = Rf_protect(
-            copy_into_segment(x, &dir, &name, blob, true, release).map_err(|e| e.context(&format!("variable '{var}'")))?.0,
-        );
+        let context = |e: RError| e.context(&format!("variable '{var}'"));
+        // Refuse a held name before copying anything; publishing checks again.
+        index::check_free(&dir, &name).map_err(|e| context(RError::from(e)))?;
+        let (view, _, seg) = copy_into_segment(x, &name, blob, release).map_err(context)?;
+        let view = Rf_protect(view);
+        if let Err(e) = registry::register(&dir, seg) {
+            Rf_unprotect(1);
+            return Err(context(RError::from(e)));
+        }
         let set = set_attributes(view, attrs);
         Rf_unprotect(1);
         if set { Ok(view) } else { Err(RError::internal(ATTRIBUTES_FAILED)) }
@@ -522,7 +523,7 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
         let var_s = string_arg(var, "variable name")?;
         let dir = dir_arg(dir)?;
         let name = naming::named(&ns_s, &var_s).map_err(msg)?;
-        let seg = registry::open(&dir, &name).map_err(|e| match e {
+        let seg = index::lookup(&dir, &name).and_then(|loc| registry::open(&loc, &name)).map_err(|e| match e {
             pageshare_core::Error::Missing { .. } => {
                 RError::new(ErrorKind::NotRegistered, format!("variable '{var_s}' is not registered in namespace '{ns_s}'"))
             }
@@ -548,13 +549,12 @@ pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
 }
 
 #[no_mangle]
-pub extern "C" fn ps_release(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
+pub extern "C" fn ps_release(ns: SEXP, var: SEXP) -> SEXP {
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let var = string_arg(var, "variable name")?;
-        let dir = dir_arg(dir)?;
         let name = naming::named(&ns, &var).map_err(msg)?;
-        Ok(Rf_ScalarLogical(registry::release(&dir, &name) as i32))
+        Ok(Rf_ScalarLogical(registry::release(&name) as i32))
     })
 }
 
@@ -579,7 +579,7 @@ pub extern "C" fn ps_mapped() -> SEXP {
     guard(|| unsafe { Ok(strings(&registry::mapped())) })
 }
 
-/// The number of mapped segments whose file was unlinked or replaced.
+/// The number of mapped segments no live process holds any more.
 #[no_mangle]
 pub extern "C" fn ps_mapped_stale() -> SEXP {
     guard(|| unsafe { Ok(Rf_ScalarInteger(registry::stale().len() as i32)) })
@@ -589,7 +589,7 @@ pub extern "C" fn ps_mapped_stale() -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_release_all() -> SEXP {
     guard(|| unsafe {
-        let n = cache::clear() + registry::release_all() + segment::unlink_all_owned(None);
+        let n = cache::clear() + registry::release_all() + segment::release_handoffs();
         Ok(Rf_ScalarInteger(n as i32))
     })
 }
@@ -629,17 +629,36 @@ pub extern "C" fn ps_cache_evict(limit: SEXP) -> SEXP {
     })
 }
 
-/// Free bytes in the segment directory.
+/// Memory a new segment could take now (MemAvailable, or the cgroup's limit).
 #[no_mangle]
-pub extern "C" fn ps_free_bytes(dir: SEXP) -> SEXP {
+pub extern "C" fn ps_free_bytes() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarReal(pageshare_core::os::available_memory() as f64)) })
+}
+
+/// Set the most bytes this process may hold in segments (Inf or NA: no limit).
+#[no_mangle]
+pub extern "C" fn ps_set_budget(bytes: SEXP) -> SEXP {
     guard(|| unsafe {
-        let dir = dir_arg(dir)?;
-        let free = pageshare_core::os::free_bytes(&dir).map_err(msg)?;
-        Ok(Rf_ScalarReal(free as f64))
+        let b = Rf_asReal(bytes);
+        registry::set_budget(if b.is_finite() && b >= 0.0 { b as u64 } else { u64::MAX });
+        Ok(nil())
     })
 }
 
-/// A worker handing a view to its master: stop being the one that unlinks it.
+/// Bytes of the segments this process holds.
+#[no_mangle]
+pub extern "C" fn ps_held_bytes() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarReal(registry::held_bytes() as f64)) })
+}
+
+/// A worker starting a task: close the descriptors of results handed to the
+/// master before (it has received them by now).
+#[no_mangle]
+pub extern "C" fn ps_release_handoffs() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarInteger(segment::release_handoffs() as i32)) })
+}
+
+/// A worker handing a view to its master: stop holding it (see `Segment::disown`).
 #[no_mangle]
 pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
     guard(|| unsafe {
@@ -649,7 +668,7 @@ pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
     })
 }
 
-/// A master receiving a view from a worker: become the one that unlinks it.
+/// A master receiving a view from a worker: hold it from now on.
 #[no_mangle]
 pub extern "C" fn ps_adopt(x: SEXP) -> SEXP {
     guard(|| unsafe {

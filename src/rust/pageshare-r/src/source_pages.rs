@@ -23,7 +23,6 @@ use once_cell::sync::Lazy;
 use pageshare_core::os;
 use pageshare_core::header::{DATA_ALIGN, ELEM_ALIGN};
 use pageshare_core::segment::Handover;
-use std::path::Path;
 
 /// Below this the saving is not worth a mapping (and the block is not an mmap()ed chunk).
 const MIN_BYTES: usize = 1 << 20;
@@ -43,17 +42,15 @@ pub unsafe fn phase_of(x: SEXP) -> u64 {
 /// The pages of `x`'s data that can be handed over to the segment copying it
 /// (None when `x` does not qualify): the page-aligned interior of its data,
 /// when its block is a glibc mmap()ed chunk of its own made of private memory:
-/// anonymous, or private mappings of earlier segments in `dir` (a source shared
-/// again after its segment was dropped, e.g. by `forget_shared()`).
+/// anonymous, or private mappings of earlier segments (a source shared again
+/// after its segment was dropped, e.g. by `forget_shared()`).
 ///
 /// # Safety
 /// Main R thread; `x` a plain (non-ALTREP) numeric vector of `bytes` data bytes.
-pub unsafe fn handover(x: SEXP, bytes: usize, dir: &Path) -> Option<Handover> {
+pub unsafe fn handover(x: SEXP, bytes: usize) -> Option<Handover> {
     let page = os::page_size();
-    // The segment's layout matches the source's page offsets only with 4 KiB
-    // pages; and only tmpfs pages may back it (a file on disk could fail to
-    // read back, or change under it on a network file system).
-    if !*GLIBC_MALLOC || bytes < MIN_BYTES || page as u64 != DATA_ALIGN || !os::is_tmpfs(dir) {
+    // The segment's layout matches the source's page offsets only with 4 KiB pages.
+    if !*GLIBC_MALLOC || bytes < MIN_BYTES || page as u64 != DATA_ALIGN {
         return None;
     }
     // SAFETY: x is a plain vector (caller); reading its address and header.
@@ -68,7 +65,7 @@ pub unsafe fn handover(x: SEXP, bytes: usize, dir: &Path) -> Option<Handover> {
     if !(start <= sexp && data + bytes <= start + len) || len > bytes + 2 * page {
         return None; // not a block of this vector alone
     }
-    let ours = format!("{}/pageshare.", dir.display());
+    let ours = pageshare_core::os::memfd_path(pageshare_core::segment::MEMFD_PREFIX);
     if !os::private_memory_covers(start, start + len, |path| path.starts_with(&ours)) {
         return None; // not (only) memory glibc mapped or pages of our segments
     }
