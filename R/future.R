@@ -346,6 +346,8 @@ prepare_launch <- function(future, plan_key, pack = FALSE, check_size = FALSE) {
   orig_expr <- future[["expr"]]
   orig <- future[["globals"]]
   expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
+  # The worker ends if this process is gone while it runs the future (watchdog.R).
+  expr <- watched_expr(expr)
   globals <- orig
   restore <- list()
   shared <- share_globals(orig, plan_key)
