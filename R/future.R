@@ -30,6 +30,10 @@
 #' Existing code runs unchanged: replace `plan(multisession)` by
 #' `plan(shm_multisession)`.
 #'
+#' A worker whose master (the R session that set the plan) is gone, killed or
+#' crashed, ends within a fraction of a second, also in the middle of a future,
+#' instead of running on with its shared memory mapped until the future ends.
+#'
 #' @section Globals size limit:
 #' future checks the total size of a future's globals against
 #' `getOption("future.globals.maxSize")` (500 MiB when unset), and future.apply

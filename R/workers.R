@@ -27,7 +27,9 @@ stop_pool <- function(env = pool) {
 #' pageshare loaded) for [registerDoShm()] without a cluster and for
 #' [memApply()] / [memLapply()] without `CLUSTER`. The pool is started on first
 #' use and reused afterwards; it is stopped when R exits, or earlier by
-#' `stop_workers()`. The next call that needs workers starts a new pool.
+#' `stop_workers()`. The next call that needs workers starts a new pool. A
+#' worker whose master R session is gone (killed or crashed) ends within a
+#' fraction of a second, also in the middle of a task.
 #'
 #' @return `TRUE` if a pool was running (and is now stopped), else `FALSE`,
 #'   invisibly.
