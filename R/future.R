@@ -30,6 +30,10 @@
 #' Existing code runs unchanged: replace `plan(multisession)` by
 #' `plan(shm_multisession)`.
 #'
+#' A worker whose master (the R session that set the plan) is gone, killed or
+#' crashed, ends within a fraction of a second, also in the middle of a future,
+#' instead of running on with its shared memory mapped until the future ends.
+#'
 #' @section Globals size limit:
 #' future checks the total size of a future's globals against
 #' `getOption("future.globals.maxSize")` (500 MiB when unset), and future.apply
@@ -349,6 +353,8 @@ prepare_launch <- function(future, plan_key, pack = FALSE, check_size = FALSE) {
   orig_expr <- future[["expr"]]
   orig <- future[["globals"]]
   expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
+  # The worker ends if this process is gone while it runs the future (watchdog.R).
+  expr <- watched_expr(expr)
   globals <- orig
   restore <- list()
   shared <- share_globals(orig, plan_key)

@@ -27,7 +27,9 @@ stop_pool <- function(env = pool) {
 #' pageshare loaded) for [registerDoShm()] without a cluster and for
 #' [memApply()] / [memLapply()] without `CLUSTER`. The pool is started on first
 #' use and reused afterwards; it is stopped when R exits, or earlier by
-#' `stop_workers()`. The next call that needs workers starts a new pool.
+#' `stop_workers()`. The next call that needs workers starts a new pool. A
+#' worker whose master R session is gone (killed or crashed) ends within a
+#' fraction of a second, also in the middle of a task.
 #'
 #' @return `TRUE` if a pool was running (and is now stopped), else `FALSE`,
 #'   invisibly.
@@ -45,7 +47,8 @@ pool_workers <- function(n = NULL) {
   if (is.null(cl) || length(cl) < n) {
     stop_pool(pool)
     cl <- make_nodelay_cluster(n)
-    info <- tryCatch(load_on_workers(cl), error = function(e) {
+    # (the pool's workers are ours: they watch this process, see watchdog.R)
+    info <- tryCatch(load_on_workers(cl, master_identity()), error = function(e) {
       tryCatch(parallel::stopCluster(cl), error = function(e2) NULL)
       stop(e)
     })
@@ -76,11 +79,14 @@ pool_pids <- function() if (is.null(pool$pids)) integer() else pool$pids
 
 
 # Runs on a worker. Its environment is the global environment so that it can be
-# unserialized by a worker that does not have pageshare (yet).
-worker_load_pageshare <- function(paths) {
+# unserialized by a worker that does not have pageshare (yet). With `master`
+# (master_identity()), the worker then watches it.
+worker_load_pageshare <- function(paths, master = NULL) {
   err <- tryCatch({
     suppressPackageStartupMessages(
       library("pageshare", lib.loc = unique(c(.libPaths(), paths)), character.only = TRUE))
+    watch <- get0("watch_master", envir = asNamespace("pageshare"), inherits = FALSE)
+    if (!is.null(master) && is.function(watch)) watch(master$pid, master$start)
     ""
   }, error = function(e) conditionMessage(e))
   list(err = err, pid = Sys.getpid(), host = Sys.info()[["nodename"]])
@@ -89,8 +95,9 @@ environment(worker_load_pageshare) <- globalenv()
 
 # Loads pageshare on every worker of `cl` (rule: a worker that receives a handle
 # has pageshare loaded); a clear error names the worker that cannot load it.
-load_on_workers <- function(cl) {
-  res <- parallel::clusterCall(cl, worker_load_pageshare, .libPaths())
+# With `master`, every worker watches that process (watchdog.R).
+load_on_workers <- function(cl, master = NULL) {
+  res <- parallel::clusterCall(cl, worker_load_pageshare, .libPaths(), master)
   bad <- which(vapply(res, function(r) nzchar(r$err), logical(1)))
   if (length(bad)) pageshare_stop("worker_load", bad[1L], res[[bad[1L]]]$err)
   list(pid = vapply(res, function(r) as.integer(r$pid), integer(1)),

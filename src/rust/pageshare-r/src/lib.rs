@@ -12,9 +12,16 @@ pub mod r_api;
 pub mod rapi;
 pub mod source_pages;
 pub mod view;
+pub mod watchdog;
 
 use rapi::*;
 use std::os::raw::c_int;
+
+/// Where the call table finds its routines: r_api's, and those of modules of their own.
+mod calls {
+    pub use crate::r_api::*;
+    pub use crate::watchdog::{ps_process_start_time, ps_watch_master};
+}
 
 macro_rules! call_entries {
     ($($name:ident / $n:expr),* $(,)?) => {
@@ -22,7 +29,7 @@ macro_rules! call_entries {
             $(R_CallMethodDef {
                 name: concat!(stringify!($name), "\0").as_ptr().cast(),
                 // SAFETY: R calls the routine with exactly $n SEXP arguments.
-                fun: Some(unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn() -> *mut std::os::raw::c_void>(r_api::$name as *const ()) }),
+                fun: Some(unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn() -> *mut std::os::raw::c_void>(calls::$name as *const ()) }),
                 numArgs: $n,
             },)*
             R_CallMethodDef { name: std::ptr::null(), fun: None, numArgs: 0 },
@@ -72,6 +79,8 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_restore_binding / 5,
         ps_unlock_binding / 2,
         ps_mutual_info / 10,
+        ps_watch_master / 2,
+        ps_process_start_time / 1,
     ];
     // Each segment this process holds takes a descriptor (see pageshare-core's os.rs).
     pageshare_core::os::raise_open_files_limit();

@@ -1,0 +1,281 @@
+//! A worker's watchdog on its master. A PSOCK worker notices that its master is
+//! gone only when it next reads from the master's socket, that is after its
+//! current task: a worker killed out from under (kill -9, SIGTERM, a crash)
+//! would otherwise compute on for as long as the task lasts, holding its
+//! shared-memory mappings. `ps_watch_master()` starts a thread that checks the
+//! master every [`PERIOD`] and ends the process as soon as it is gone.
+//!
+//! The thread never touches R (R is single-threaded): it reads /proc, removes
+//! the segments this process owns, as a normal exit would, and calls `_exit()`,
+//! which runs no atexit handler or destructor while the main thread is still
+//! running R code.
+
+#![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
+
+use crate::boundary::{guard, RError};
+use crate::rapi::*;
+use pageshare_core::os;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How often the master is checked: a gone master is noticed within this.
+pub const PERIOD: Duration = Duration::from_millis(100);
+
+/// Exit status of a worker that ends because its master is gone (nobody waits
+/// for it but init; it tells someone tracing the process why it ended).
+const MASTER_GONE_STATUS: i32 = 70;
+
+/// The process watched, and the pid of the process whose watchdog thread runs
+/// (a fork has no thread: the child starts its own).
+struct Watch {
+    target: Option<(u32, u64)>,
+    thread_of: u32,
+}
+
+static WATCH: Mutex<Watch> = Mutex::new(Watch { target: None, thread_of: 0 });
+
+fn watch_state() -> MutexGuard<'static, Watch> {
+    // Nothing panics while holding the lock; should it, the state is still whole.
+    WATCH.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The state letter of a `/proc/PID/stat` line (field 3: R running, S sleeping,
+/// Z zombie, X dead, ...). The command name before it is in parentheses and
+/// may itself contain spaces and parentheses, hence the last ')'.
+pub fn state_of(stat: &str) -> Option<char> {
+    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
+/// Is `pid` a zombie (or already dead, but not yet reaped)? A killed process
+/// stays in /proc with its start time until its parent reaps it, so the start
+/// time alone would call it alive. `false` if it has no /proc entry.
+pub fn is_zombie(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => matches!(state_of(&s), Some('Z') | Some('X')),
+        Err(_) => false,
+    }
+}
+
+/// Is the process (`pid`, `start` time) running: the same process (not a later
+/// one that reuses the pid), and not a zombie?
+pub fn is_running(pid: u32, start: u64) -> bool {
+    pid != 0 && os::start_time(pid) == Some(start) && !is_zombie(pid)
+}
+
+/// Returns once the process that `target()` names is no longer running,
+/// checking every `period` (`target()` is asked each time: it may change;
+/// `None` watches nothing).
+pub fn wait_until_gone(target: impl Fn() -> Option<(u32, u64)>, period: Duration) {
+    loop {
+        if let Some((pid, start)) = target() {
+            if !is_running(pid, start) {
+                return;
+            }
+        }
+        std::thread::sleep(period);
+    }
+}
+
+/// Watch the process (`pid`, `start`) from a background thread of this process
+/// and end this process once it is gone. The thread is started once per
+/// process; a later call changes what it watches. `Ok(false)` (nothing
+/// watched) when `pid` is this process, or when /proc cannot tell this
+/// process's own start time (every master would look gone).
+pub fn watch(pid: u32, start: u64) -> std::io::Result<bool> {
+    let me = os::pid();
+    if pid == 0 || pid == me || os::start_time(me).is_none() {
+        return Ok(false);
+    }
+    let mut w = watch_state();
+    w.target = Some((pid, start));
+    if w.thread_of != me {
+        std::thread::Builder::new().name("pageshare-watchdog".into()).spawn(|| {
+            wait_until_gone(|| watch_state().target, PERIOD);
+            master_gone()
+        })?;
+        w.thread_of = me;
+    }
+    Ok(true)
+}
+
+/// The master is gone: nobody will read this process's results. Remove what
+/// it owns (as `unlink_at_exit` does at a normal exit; only files, no R) and
+/// end it at once.
+fn master_gone() -> ! {
+    crate::unlink_at_exit();
+    // SAFETY: _exit() ends the process without running atexit handlers or
+    // destructors, so nothing runs concurrently with the main thread's R code.
+    unsafe { libc::_exit(MASTER_GONE_STATUS) }
+}
+
+/// A pid from R: a whole number in 1..=i32::MAX (integer or double).
+unsafe fn pid_arg(x: SEXP, what: &str) -> Result<u32, RError> {
+    // SAFETY: (caller) main R thread, `x` a valid SEXP; Rf_asReal reads any atomic.
+    let v = unsafe { Rf_asReal(x) };
+    if v.is_finite() && v >= 1.0 && v <= i32::MAX as f64 && v.fract() == 0.0 {
+        Ok(v as u32)
+    } else {
+        Err(RError::argument(format!("`{what}` must be a process id (a whole number >= 1)")))
+    }
+}
+
+/// `ps_watch_master(pid, start_time)`: start (or retarget) this process's
+/// watchdog on the process `pid` whose start time (clock ticks since boot, as
+/// `ps_process_start_time()` gives it) is `start_time`. Returns `TRUE` if it
+/// is watched, `FALSE` if not (`pid` is this process, or no /proc).
+#[no_mangle]
+pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let pid = pid_arg(pid, "pid")?;
+        let start = Rf_asReal(start_time);
+        // Start times are counts of clock ticks: exact in a double up to 2^53.
+        if !(start.is_finite() && start >= 0.0 && start < 2f64.powi(53) && start.fract() == 0.0) {
+            return Err(RError::argument("`start_time` must be a process start time (a whole number >= 0)"));
+        }
+        let watched = watch(pid, start as u64)
+            .map_err(|e| RError::system(format!("cannot start the watchdog thread: {e}")))?;
+        Ok(Rf_ScalarLogical(watched as i32))
+    })
+}
+
+/// `ps_process_start_time(pid)`: the start time of process `pid` (clock ticks
+/// since boot, field 22 of /proc/PID/stat) as a double, `NA` if there is no
+/// such process.
+#[no_mangle]
+pub extern "C" fn ps_process_start_time(pid: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let pid = pid_arg(pid, "pid")?;
+        Ok(Rf_ScalarReal(os::start_time(pid).map_or(R_NaReal, |s| s as f64)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    fn sleeper() -> (Child, u32, u64) {
+        let child = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+        let pid = child.id();
+        let start = os::start_time(pid).expect("start time of the child");
+        (child, pid, start)
+    }
+
+    #[test]
+    fn state_letter_after_a_command_name_with_parentheses_and_spaces() {
+        assert_eq!(state_of("123 (R) S 1 2 3"), Some('S'));
+        assert_eq!(state_of("123 (a) Z) (b c) Z 1 2"), Some('Z'));
+        assert_eq!(state_of("123 (R)"), None);
+        assert_eq!(state_of("garbage"), None);
+    }
+
+    #[test]
+    fn this_process_runs_and_a_wrong_start_time_or_no_pid_does_not() {
+        let me = os::pid();
+        let start = os::start_time(me).unwrap();
+        assert!(is_running(me, start));
+        assert!(!is_zombie(me));
+        assert!(!is_running(me, start + 1));
+        assert!(!is_running(0, start));
+    }
+
+    #[test]
+    fn a_killed_unreaped_child_is_a_zombie_and_not_running() {
+        let (mut child, pid, start) = sleeper();
+        assert!(is_running(pid, start));
+        child.kill().unwrap(); // SIGKILL, not reaped yet
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !is_zombie(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(is_zombie(pid));
+        assert_eq!(os::start_time(pid), Some(start)); // still listed: why the state matters
+        assert!(!is_running(pid, start));
+        child.wait().unwrap();
+        assert!(!is_zombie(pid));
+        assert!(!is_running(pid, start));
+    }
+
+    #[test]
+    fn waiting_ends_soon_after_the_target_goes_and_follows_a_new_target() {
+        let (mut first, pid1, start1) = sleeper();
+        let (mut second, pid2, start2) = sleeper();
+        let target = Arc::new(Mutex::new(Some((pid1, start1))));
+        let done = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (target, done) = (target.clone(), done.clone());
+            std::thread::spawn(move || {
+                wait_until_gone(|| *target.lock().unwrap(), Duration::from_millis(10));
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!done.load(Ordering::SeqCst));
+        // Retarget, then end the first one: the waiter keeps waiting on the second.
+        *target.lock().unwrap() = Some((pid2, start2));
+        first.kill().unwrap();
+        first.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!done.load(Ordering::SeqCst));
+        let killed = Instant::now();
+        second.kill().unwrap(); // a zombie until the wait below
+        waiter.join().unwrap();
+        assert!(killed.elapsed() < Duration::from_secs(2));
+        second.wait().unwrap();
+    }
+
+    /// Run as a child by the next test (with PAGESHARE_TEST_MASTER set): watch
+    /// that process, then idle as a long task would.
+    #[test]
+    #[ignore]
+    fn child_watching_a_master() {
+        let Ok(target) = std::env::var("PAGESHARE_TEST_MASTER") else { return };
+        let (pid, start) = target.split_once(':').unwrap();
+        assert!(watch(pid.parse().unwrap(), start.parse().unwrap()).unwrap());
+        std::thread::sleep(Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_watching_process_exits_soon_after_its_master_is_killed() {
+        let (mut master, pid, start) = sleeper();
+        let mut worker = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "watchdog::tests::child_watching_a_master", "--ignored", "--nocapture"])
+            .env("PAGESHARE_TEST_MASTER", format!("{pid}:{start}"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(worker.try_wait().unwrap().is_none(), "the worker ended while its master ran");
+        let killed = Instant::now();
+        master.kill().unwrap(); // left a zombie: the worker must see it as gone
+        let deadline = killed + Duration::from_secs(5);
+        let status = loop {
+            if let Some(s) = worker.try_wait().unwrap() {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if status.is_none() {
+            let _ = worker.kill();
+        }
+        let _ = worker.wait();
+        master.wait().unwrap();
+        let status = status.expect("the worker outlived its master by 5 s");
+        assert_eq!(status.code(), Some(MASTER_GONE_STATUS));
+        assert!(killed.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn watching_this_process_or_pid_zero_is_refused() {
+        let me = os::pid();
+        assert!(!watch(me, os::start_time(me).unwrap()).unwrap());
+        assert!(!watch(0, 0).unwrap());
+        assert!(watch_state().target.is_none());
+    }
+}
