@@ -205,7 +205,7 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
         let ptr = Rf_protect(R_MakeExternalPtr(raw.cast::<c_void>(), nil(), nil()));
         // onexit = FALSE: at exit, other exit finalizers (the user's) may still
         // read this view, so its View must outlive them; the process's end
-        // unmaps it, and unlink_at_exit() removes the segments it owned.
+        // unmaps it and closes its descriptors, which frees the segments.
         R_RegisterCFinalizerEx(ptr, Some(finalize_view), Rboolean::FALSE);
         let x = R_new_altrep(crate::altrep::class_for(kind), ptr, nil());
         // No reference to the box exists yet; Elt cannot run before we return.

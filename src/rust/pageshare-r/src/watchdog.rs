@@ -98,11 +98,11 @@ pub fn watch(pid: u32, start: u64) -> std::io::Result<bool> {
     Ok(true)
 }
 
-/// The master is gone: nobody will read this process's results. Remove what
-/// it owns (as `unlink_at_exit` does at a normal exit; only files, no R) and
-/// end it at once.
+/// The master is gone: nobody will read this process's results. Withdraw the
+/// index entries of names it registered (as a normal exit does; only files, no
+/// R) and end it at once; the kernel frees its segments with its descriptors.
 fn master_gone() -> ! {
-    crate::unlink_at_exit();
+    let _ = std::panic::catch_unwind(pageshare_core::registry::withdraw_at_exit);
     // SAFETY: _exit() ends the process without running atexit handlers or
     // destructors, so nothing runs concurrently with the main thread's R code.
     unsafe { libc::_exit(MASTER_GONE_STATUS) }
