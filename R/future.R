@@ -213,7 +213,7 @@ check_workers_have_pageshare <- function(cl, reg) {
   if (length(FutureRegistry(reg, action = "list")) > 0L) return(invisible()) # busy: next time
   # (A failing call, e.g. a dead worker, is left for future to report.)
   ok <- tryCatch(unlist(parallel::clusterCall(cl, function() {
-    requireNamespace("pageshare", quietly = TRUE)
+    requireNamespace("pageshare", quietly = TRUE) && { pageshare:::become_receiver(); TRUE }
   })), error = function(e) NULL)
   if (is.null(ok)) return(invisible())
   if (!all(ok)) pageshare_stop("future_no_pageshare", paste(.libPaths(), collapse = ", "))
@@ -298,6 +298,23 @@ wrap_expr <- function(expr) {
   })
 }
 
+# Every future runs in a task frame on its worker: a handle the worker could
+# not open when the future arrived fails the future with its classed error
+# (the worker lives on), and the future's own unserialize() calls fail as
+# usual (see task_begin() in workers.R). The worker becomes a receiver here
+# too, for workers future started or restarted by itself.
+task_expr <- function(expr) {
+  bquote({
+    pageshare:::future_task_begin()
+    tryCatch(.(expr), finally = pageshare:::task_end())
+  })
+}
+
+future_task_begin <- function() {
+  become_receiver()
+  task_begin()
+}
+
 # Master side: unwrap a pageshare_result and adopt what the worker disowned.
 adopt_result <- function(future) {
   res <- future$result
@@ -352,7 +369,7 @@ run.ShmMultisessionFuture <- function(future, ...) {
 prepare_launch <- function(future, plan_key, pack = FALSE, check_size = FALSE) {
   orig_expr <- future[["expr"]]
   orig <- future[["globals"]]
-  expr <- if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr
+  expr <- task_expr(if (share_results_enabled()) wrap_expr(orig_expr) else orig_expr)
   # The worker ends if this process is gone while it runs the future (watchdog.R).
   expr <- watched_expr(expr)
   globals <- orig

@@ -42,6 +42,7 @@ pageshare_messages <- list(
   mi_pair_nonfinite = "`%s` has non-finite values (NA, NaN or Inf): use na.rm = TRUE to use only the pairs where both are finite",
   mi_both_continuous = "mutualinfo() of two continuous variables is not supported by pageshare: set isXDiscrete = TRUE or isYDiscrete = TRUE for the discrete one",
   mi_mpmi = "`useMPMI = TRUE` is not supported: pageshare does not call the mpmi package",
+  received_handle = "worker process %d could not open %d shared object(s) sent to it, so the task did not run: %s. The worker is fine and runs the next task; share the object again (a view whose owner has released it cannot be sent)",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 
@@ -50,7 +51,7 @@ pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", worker_died = "worker_died",
-  foreign_internal = "internal")
+  foreign_internal = "internal", received_handle = "segment_gone")
 
 pageshare_stop <- function(key, ..., call = NULL) {
   msg <- do.call(sprintf, c(list(pageshare_messages[[key]]), list(...)))

@@ -85,8 +85,11 @@ worker_load_pageshare <- function(paths, master = NULL) {
   err <- tryCatch({
     suppressPackageStartupMessages(
       library("pageshare", lib.loc = unique(c(.libPaths(), paths)), character.only = TRUE))
-    watch <- get0("watch_master", envir = asNamespace("pageshare"), inherits = FALSE)
+    ns <- asNamespace("pageshare")
+    watch <- get0("watch_master", envir = ns, inherits = FALSE)
     if (!is.null(master) && is.function(watch)) watch(master$pid, master$start)
+    receive <- get0("become_receiver", envir = ns, inherits = FALSE)
+    if (is.function(receive)) receive()
     ""
   }, error = function(e) conditionMessage(e))
   list(err = err, pid = Sys.getpid(), host = Sys.info()[["nodename"]])
@@ -124,14 +127,16 @@ with_handles_if <- function(local, expr) {
 
 # A tiny uncompiled closure (environment: the global environment) that calls
 # pageshare's internal function `name` on the worker (after letting go of views
-# of segments that were unlinked since, see collect_stale_views()). Sending this instead of
+# of segments that were released since, see collect_stale_views(), and
+# reporting handles it could not open, see task_begin()). Sending this instead of
 # the byte-compiled function keeps small task messages small: a message larger
 # than R's 4 KiB connection buffer is written in pieces, and on R 4.2's sockets
 # (no TCP_NODELAY) the second piece waits ~40 ms for a delayed ACK.
 worker_stub <- function(name) {
-  target <- as.call(list(as.name(":::"), "pageshare", name))
-  collect <- as.call(list(as.call(list(as.name(":::"), "pageshare", "collect_stale_views"))))
-  body <- as.call(list(as.name("{"), collect, as.call(list(target, as.name("...")))))
+  internal <- function(f) as.call(list(as.name(":::"), "pageshare", f))
+  begin <- as.call(list(internal("task_begin")))
+  end <- call("on.exit", as.call(list(internal("task_end"))))
+  body <- as.call(list(as.name("{"), end, begin, as.call(list(internal(name), as.name("...")))))
   f <- eval(call("function", as.pairlist(alist(... = )), body), globalenv())
   attr(f, "srcref") <- NULL
   f
@@ -144,5 +149,28 @@ worker_stub <- function(name) {
 # full collection for every task or future cost ~30 ms).
 collect_stale_views <- function() {
   if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
+  check_received_handles()
   invisible()
+}
+
+# A worker of pageshare's backends (whose tasks arrive by unserialize() in a
+# loop that an error would end) takes a handle it cannot open, outside a task,
+# as an empty vector and remembers why; the task then fails with that classed
+# error, reported to the master, and the worker lives on for the next task.
+# Inside a task (task_begin() .. task_end()) the task's own unserialize()
+# calls fail as usual.
+become_receiver <- function() invisible(.Call(ps_set_receiver_mode, TRUE))
+task_begin <- function() {
+  .Call(ps_task_state, TRUE)
+  collect_stale_views()
+}
+task_end <- function() invisible(.Call(ps_task_state, FALSE))
+
+check_received_handles <- function() {
+  failed <- .Call(ps_take_receive_failures)
+  if (!length(failed$message)) return(invisible())
+  stop(structure(class = c(failed$class[[1]], "pageshare_error", "error", "condition"),
+                 list(message = sprintf(pageshare_messages$received_handle, Sys.getpid(), length(failed$message),
+                                        failed$message[[1]]),
+                      call = NULL)))
 }

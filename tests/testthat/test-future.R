@@ -534,3 +534,25 @@ test_that("the globals walk skips lists with nothing to share, and never misses 
   }
   expect_true(all(seen > 0))                             # both kinds were drawn
 })
+
+test_that("a view whose holder is gone is sent to a worker as data", {
+  future::plan(future::sequential); pageshare:::watch_globals_limit()   # the user's options back first
+  opts <- options()
+  owner <- background_owner(1L)
+  on.exit(owner$proc$kill(), add = TRUE)
+  with_shm_plan({
+    v <- unserialize(owner$handle)          # a view of the background process's segment
+    expected <- sum(as.double(seq_len(1000) + 1))
+    fs <- lapply(1:2, function(i) future::future({ Sys.sleep(0.5); Sys.getpid() }))
+    pids <- unlist(future::value(fs))
+    expect_length(unique(pids), 2L)
+    # The sender checks: once nobody holds the segment, the view travels as data.
+    tools::pskill(owner$proc$get_pid(), tools::SIGKILL)
+    owner$proc$wait(5000)
+    r <- future::value(future::future(c(Sys.getpid(), is_shared(v), sum(v))))
+    expect_true(r[1] %in% pids)
+    expect_identical(r[2:3], c(0, expected))
+    rm(v)
+  })
+  expect_clean(opts)
+})

@@ -250,3 +250,41 @@ test_that("a received view written in place is shared again as what it holds (re
   expect_identical(res$far_resent, res$far_at)
   expect_identical(v[1], x[1])                        # the original never changed
 })
+
+test_that("a worker that cannot open a handle it receives reports a classed error and lives on", {
+  # The holder dies after the handle was sent but before the worker reads it:
+  # the worker is stopped meanwhile. (parallel's sendCall()/recvResult() send
+  # without waiting, as the backends' own task loops do.)
+  cl <- local_cluster(1L)
+  pid <- parallel::clusterCall(cl, function() {
+    library(pageshare); pageshare:::become_receiver(); Sys.getpid()
+  })[[1]]
+  owner <- background_owner(1L)
+  on.exit(owner$proc$kill(), add = TRUE)
+  w <- unserialize(owner$handle)
+  tools::pskill(pid, tools::SIGSTOP)
+  on.exit(tools::pskill(pid, tools::SIGCONT), add = TRUE, after = FALSE)
+  send <- get("sendCall", envir = asNamespace("parallel"))
+  receive <- get("recvResult", envir = asNamespace("parallel"))
+  # a task as pageshare's backends send them (see worker_stub())
+  task <- function(x) { on.exit(pageshare:::task_end()); pageshare:::task_begin(); sum(x) }
+  environment(task) <- globalenv()
+  with_handles(send(cl[[1]], task, list(w)))
+  tools::pskill(owner$proc$get_pid(), tools::SIGKILL)
+  owner$proc$wait(5000)
+  tools::pskill(pid, tools::SIGCONT)
+  res <- receive(cl[[1]])
+  expect_s3_class(res, "try-error")
+  expect_match(as.character(res), sprintf("worker process %d could not open 1 shared object", pid))
+  expect_identical(parallel::clusterCall(cl, function() Sys.getpid())[[1]], pid)   # alive, next task runs
+  # Inside a task, the task's own unserialize() fails as usual.
+  h <- owner$handle
+  own <- function(h) {
+    on.exit(pageshare:::task_end()); pageshare:::task_begin()
+    tryCatch(unserialize(h), error = function(e) e)
+  }
+  environment(own) <- globalenv()
+  e <- parallel::clusterCall(cl, own, h)[[1]]
+  expect_s3_class(e, "pageshare_segment_gone")
+  rm(w)
+})

@@ -33,8 +33,11 @@ fn check_budget(contents: &Contents<'_>) -> Result<()> {
     if budget == u64::MAX {
         return Ok(());
     }
+    within_budget(contents, held_bytes(), budget)
+}
+
+fn within_budget(contents: &Contents<'_>, held: u64, budget: u64) -> Result<()> {
     let needed = contents.data_len.saturating_add(contents.attributes.len() as u64).saturating_add(4096);
-    let held = held_bytes();
     if held.saturating_add(needed) > budget {
         return Err(crate::Error::OverBudget { needed, held, budget });
     }
@@ -195,16 +198,12 @@ mod tests {
 
     #[test]
     fn the_budget_refuses_what_would_exceed_it() {
-        let keep = make(&naming::anonymous().unwrap());
-        set_budget(held_bytes() + 4096 + 100);
+        // (The static budget itself is not set here: tests run in parallel.)
         let small = Contents { kind: Kind::Raw, length: 10, data_len: 10, attributes: b"" };
-        let s = create(&naming::anonymous().unwrap(), small, |d| d.fill(1)).unwrap();
-        let big = Contents { kind: Kind::Raw, length: 1 << 20, data_len: 1 << 20, attributes: b"" };
-        let e = create(&naming::anonymous().unwrap(), big, |_| unreachable!()).unwrap_err();
-        set_budget(u64::MAX);
-        assert!(matches!(e, crate::Error::OverBudget { .. }), "{e}");
+        assert!(within_budget(&small, 1000, 1000 + 4096 + 10).is_ok());
+        let e = within_budget(&small, 1000, 1000 + 4096 + 9).unwrap_err();
+        assert!(matches!(e, crate::Error::OverBudget { held: 1000, .. }), "{e}");
         assert!(e.to_string().contains("pageshare.max_shared_bytes"));
-        drop((keep, s));
     }
 
     #[test]

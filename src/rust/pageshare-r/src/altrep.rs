@@ -204,10 +204,53 @@ unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
     }
 }
 
+/// In a worker (receiver mode), a handle that cannot be opened must not end the
+/// process: R's unserialize() runs inside the worker's loop, and an error
+/// there kills the worker. Its failures wait here for the task to report them
+/// (`ps_take_receive_failures`); the task sees an empty vector in their place.
+pub static RECEIVER_MODE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Is a task running (its code's own unserialize() calls fail as usual)?
+pub static IN_TASK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub static RECEIVE_FAILURES: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
+
 /// R's unserialize() of a handle: a view of the segment the handle names. R
 /// sets the attributes, object bit and levels it read after it.
-unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
+unsafe extern "C" fn unserialize(class: SEXP, state: SEXP) -> SEXP {
     guard(|| {
+        // SAFETY: forwarded.
+        match unsafe { open_handle(state) } {
+            Err(e)
+                if RECEIVER_MODE.load(std::sync::atomic::Ordering::Relaxed)
+                    && !IN_TASK.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                RECEIVE_FAILURES.lock().unwrap_or_else(|p| p.into_inner()).push((e.kind.class(), e.message));
+                // SAFETY: an empty vector of the class's type (R sets the
+                // attributes it read on whatever is returned).
+                Ok(unsafe { Rf_allocVector(type_of_class(class), 0) })
+            }
+            other => other,
+        }
+    })
+}
+
+/// The vector type of one of our classes (given as R passes it to methods).
+fn type_of_class(class: SEXP) -> SEXPTYPE {
+    // SAFETY: read-only access to CLASSES after load.
+    let classes = unsafe { &*std::ptr::addr_of!(CLASSES) };
+    let kind = KINDS.iter().zip(classes.iter()).find(|(_, c)| c.is_some_and(|c| c.ptr == class)).map(|(k, _)| *k);
+    match kind.unwrap_or(Kind::Raw) {
+        Kind::Double => SEXPTYPE::REALSXP,
+        Kind::Integer => SEXPTYPE::INTSXP,
+        Kind::Logical => SEXPTYPE::LGLSXP,
+        Kind::Raw => SEXPTYPE::RAWSXP,
+        Kind::Complex => SEXPTYPE::CPLXSXP,
+        Kind::Character => SEXPTYPE::STRSXP,
+    }
+}
+
+/// The view a handle (`state`) names, or why it cannot be made.
+unsafe fn open_handle(state: SEXP) -> Result<SEXP, RError> {
+    {
         // SAFETY: state is the raw vector written by serialized_state (checked below).
         let bytes = unsafe {
             if TYPEOF(state) != SEXPTYPE::RAWSXP {
@@ -225,7 +268,7 @@ unsafe extern "C" fn unserialize(_class: SEXP, state: SEXP) -> SEXP {
         }
         // SAFETY: the slice was checked to lie inside the segment.
         Ok(unsafe { make_view(seg, h.kind, h.offset, h.length) })
-    })
+    }
 }
 
 unsafe extern "C" fn inspect(

@@ -645,6 +645,41 @@ pub extern "C" fn ps_set_budget(bytes: SEXP) -> SEXP {
     })
 }
 
+/// Receiver mode on or off (see `altrep::RECEIVER_MODE`).
+#[no_mangle]
+pub extern "C" fn ps_set_receiver_mode(on: SEXP) -> SEXP {
+    guard(|| unsafe {
+        crate::altrep::RECEIVER_MODE.store(Rf_asLogical(on) == 1, Ordering::Relaxed);
+        Ok(nil())
+    })
+}
+
+/// A pageshare task starts (TRUE) or ends (FALSE) on a worker.
+#[no_mangle]
+pub extern "C" fn ps_task_state(running: SEXP) -> SEXP {
+    guard(|| unsafe {
+        crate::altrep::IN_TASK.store(Rf_asLogical(running) == 1, Ordering::Relaxed);
+        Ok(nil())
+    })
+}
+
+/// The handles this process could not open since the last call, as
+/// list(class = <chr>, message = <chr>); forgets them.
+#[no_mangle]
+pub extern "C" fn ps_take_receive_failures() -> SEXP {
+    guard(|| unsafe {
+        let taken: Vec<(&'static str, String)> =
+            std::mem::take(&mut *crate::altrep::RECEIVE_FAILURES.lock().unwrap_or_else(|p| p.into_inner()));
+        let classes: Vec<String> = taken.iter().map(|t| t.0.to_string()).collect();
+        let messages: Vec<String> = taken.iter().map(|t| t.1.clone()).collect();
+        let a = Rf_protect(strings(&classes));
+        let b = Rf_protect(strings(&messages));
+        let out = named_list(&[("class", a), ("message", b)]);
+        Rf_unprotect(2);
+        Ok(out)
+    })
+}
+
 /// Bytes of the segments this process holds.
 #[no_mangle]
 pub extern "C" fn ps_held_bytes() -> SEXP {
