@@ -32,8 +32,10 @@
 #' names the element.
 #'
 #' @section Errors:
-#' An unsupported type; a full segment directory (the error names the size
-#' needed and the space free; R keeps running); an invalid `pageshare.dir`.
+#' An unsupported type; not enough memory, or more than option
+#' `pageshare.max_shared_bytes` allows (`pageshare_no_space`: the error names the
+#' size needed and the memory available; R keeps running); too many segments
+#' for the limit on open files (`pageshare_too_many_segments`).
 #'
 #' @param x A logical, integer, double, complex, raw or character vector (any
 #'   attributes: matrices, factors, dates...), or a list of such vectors.
@@ -118,10 +120,13 @@ is_shared <- function(x) .Call(ps_is_view, x)
 #'
 #' @param x A view (see [share()]).
 #' @return `NULL` if `x` is not a view; otherwise a list with `name` (segment
-#'   name), `dir`, `bytes` (of this view's data), `segment_bytes`, `owner_pid`,
-#'   `owned_here`, `type`, `offset` and `length` (in elements),
-#'   `materializations` (full copies made of this view so far) and
-#'   `private_copy` (whether this view now reads a private copy).
+#'   name), `fd` (the descriptor of the process that makes it available to
+#'   others: this one if `owned_here`), `bytes` (of this view's data),
+#'   `segment_bytes`, `owner_pid` (that process), `owned_here`, `type`,
+#'   `offset` and `length` (in elements), `materializations` (full copies made
+#'   of this view so far), `private_copy` (whether this view now reads a
+#'   private copy) and `memfd` (the segment's name as /proc shows its mappings
+#'   and descriptors).
 #' @examples
 #' v <- share(runif(1000))
 #' str(shared_info(v))

@@ -241,7 +241,7 @@ lines <- c(
   "`extra` = peak of the sum of PSS over master + all worker processes during the first call,",
   "minus that sum just before it (sampled every 50 ms from /proc/PID/smaps_rollup).",
   "`cgroup extra` = peak usage of a memory cgroup holding master and workers during the first",
-  "call minus its usage just before (kernel-kept peak; also counts /dev/shm pages that no",
+  "call minus its usage just before (kernel-kept peak; also counts shared-memory pages that no",
   "process maps, which PSS misses). 4 GB of memory are pre-faulted first (warm-memory.R).",
   "",
   "| n | X (MB) | method | first (s) | median (s) | runs | median / serial | extra PSS (MB) | extra PSS / size(X) | cgroup extra (MB) | cgroup extra / size(X) | same result |",

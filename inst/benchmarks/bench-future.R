@@ -189,7 +189,7 @@ md <- c(
   "from the runs); `before` is that sum just before the measurement (master holding",
   "the data, idle workers). `cgroup extra` is the peak of a memory cgroup holding the master and",
   "its workers during the measurement minus its usage just before (kernel-kept",
-  "peak; counts /dev/shm pages that no process maps, which PSS misses). Times are",
+  "peak; counts shared-memory pages that no process maps, which PSS misses). Times are",
   "wall clock; 4 GB of memory are pre-faulted first (see warm-memory.R).",
   "",
   "| section | case | plan | time (s) | peak PSS (MB) | before (MB) | cgroup extra (MB) | note |",

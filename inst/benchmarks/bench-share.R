@@ -3,7 +3,7 @@
 # process measured as PSS (from /proc/PID/smaps_rollup, sampled every 10 ms by
 # the parent while each case runs in its own fresh R process), and as the peak
 # of a memory cgroup holding that process (cgroup-memory.R), which also counts
-# /dev/shm pages that no process maps (PSS does not).
+# shared-memory pages that no process maps (PSS does not).
 #
 # Run: Rscript inst/benchmarks/bench-share.R [sizes in MB, default 100 800] [reps, default 3]
 args <- commandArgs(trailingOnly = TRUE)

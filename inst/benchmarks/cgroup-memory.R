@@ -1,6 +1,6 @@
 # Exact peak memory of this process tree from a memory cgroup (v1), as a second
 # measure beside the sampled PSS sum: a cgroup counts anonymous memory and
-# /dev/shm (tmpfs) pages alike, including segment pages no process maps at the
+# shared-memory (memfd, tmpfs) pages alike, including segment pages no process maps at the
 # moment (PSS misses those), and its peak is kept by the kernel, so nothing is
 # sampled. The benchmark process moves itself into a fresh cgroup before it
 # allocates its data; workers it starts inherit the cgroup. Needs root and the
