@@ -262,3 +262,20 @@ test_that("a source written in place after share() is shared again as what it ho
   }
   forget_shared(); invisible(gc())
 })
+
+test_that("another process of the same user can neither shrink, grow nor rewrite a segment", {
+  skip_if(!nzchar(Sys.which("truncate")) || !nzchar(Sys.which("dd")), "needs truncate and dd")
+  x <- as.double(seq_len(1e5))
+  v <- share(x)
+  info <- shared_info(v)
+  path <- sprintf("/proc/%d/fd/%d", Sys.getpid(), info$fd)
+  run <- function(cmd, args) suppressWarnings(system2(cmd, args, stdout = TRUE, stderr = TRUE))
+  shrink <- run("truncate", c("-s", "0", path))
+  grow <- run("truncate", c("-s", "+1M", path))
+  write <- run("sh", c("-c", shQuote(sprintf("printf xxxxxxxx | dd of=%s bs=1 seek=8192 conv=notrunc", path))))
+  for (r in list(shrink, grow, write)) expect_false(is.null(attr(r, "status")), info = paste(r, collapse = "\n"))
+  expect_true(any(grepl("Operation not permitted", c(shrink, grow, write))))
+  expect_identical(v[], x)                                   # the view reads what was shared
+  expect_identical(file.size(path), info$segment_bytes)
+  expect_identical(unserialize(with_handles(serialize(v, NULL))), x)
+})
