@@ -232,15 +232,15 @@ check_workers_have_pageshare <- function(cl, reg) {
 #
 # On the worker, worker_result_begin() closes a handle scope left open by the
 # previous future; the expression is evaluated; if its value holds shareable
-# vectors >= threshold, shares them, disowns the new segments (this worker will
-# never unlink them) and opens the handle scope, so that the FutureResult
+# vectors >= threshold, shares them, disowns the new segments (this worker
+# keeps their descriptors only until its next future) and opens the handle scope, so that the FutureResult
 # carries handles. The worker talks only to its master, and the scope is closed
 # again at the start of the next future. The value comes back wrapped in a
 # `pageshare_result` (value + worker pid); result() and resolved() on the master
-# unwrap it and adopt the segments the worker disowned: the master then unlinks
-# them when it no longer uses them. A segment nobody adopts (its future was
-# never collected) names the worker as owner and is swept once that worker is
-# gone.
+# unwrap it and adopt the segments the worker disowned: the master then holds
+# them (its own descriptors) until it no longer uses them. A segment nobody
+# adopts (its future was never collected) goes when the worker starts its next
+# future or exits.
 
 worker_scope_open <- new.env(parent = emptyenv())
 
@@ -286,7 +286,7 @@ worker_result_begin <- function() {
     worker_scope_open$open <- FALSE
   }
   # future removed the previous future's globals, but views of segments the
-  # master has unlinked since may still be mapped here (see workers.R).
+  # master has released since may still be mapped here (see workers.R).
   collect_stale_views()
   invisible()
 }

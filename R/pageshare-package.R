@@ -12,8 +12,9 @@
 
 .onLoad <- function(libname, pkgname) {
   load_option_defaults()
-  # Reclaim segments left by processes that died without cleaning up (kill -9).
-  # A load must never fail because of this, hence the tryCatch.
+  # Remove index entries of names registered by processes that died (kill -9);
+  # segments themselves cannot be left behind. A load must never fail because
+  # of this, hence the tryCatch.
   tryCatch(.Call(ps_sweep, segment_dir()), error = function(e) NULL)
   arm_gc_hook()
   addTaskCallback(rearm_after_task, name = "pageshare")

@@ -9,10 +9,11 @@
 #' Views are read-only: modifying one gives the modifying code a private copy
 #' (R's usual value semantics); the shared pages never change. Sharing the same
 #' object twice returns the same view (the source is marked not mutable, so an
-#' in-place write to it copies it first). The segment is removed when the view
-#' and the source are garbage-collected, when the package is unloaded, and when
-#' the process exits; segments of processes that were killed are reclaimed by
-#' [sweep_shared()] and at the next load of the package.
+#' in-place write to it copies it first). The segment (an anonymous memory
+#' file) is released when the view and the source are garbage-collected and
+#' when the package is unloaded; the kernel frees it with the last process
+#' that holds or maps it, so nothing is left behind by an exit, a crash or
+#' `kill -9`.
 #'
 #' The data are then held once, not twice: while a large ordinary numeric
 #' vector (at least 1 MiB, in a memory block of its own, as R allocates large

@@ -143,7 +143,7 @@ worker_stub <- function(name) {
 }
 
 # An idle R process does not collect garbage, so a worker keeps the views of
-# its earlier tasks mapped; once their owner has unlinked a segment, only those
+# its earlier tasks mapped; once their owner has released a segment, only those
 # views keep its pages alive. Run at the start of every task a pageshare backend
 # sends: a full collection when (and only when) a mapped segment is stale (a
 # full collection for every task or future cost ~30 ms).
