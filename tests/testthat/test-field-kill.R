@@ -222,6 +222,12 @@ check_field_kill <- function(signal, moment) {
   expect_true(back, info = sprintf("Shmem %.0f kB before, %.0f kB at the signal, %.0f kB 2 s after the last worker went; now: %s",
                                    shmem_before, shmem_at_kill, shmem_after, if (back) "" else fk_shmem_users()))
 
+  # The workers' R temporary directories went with them (the watchdog removes
+  # its session's before _exit(), which skips R's own clean-up).
+  worker_tmps <- readLines(file.path(dir, "tmpdirs"))[-1L]
+  expect_true(fk_wait(function() !any(dir.exists(worker_tmps)), 2),
+              info = paste("left:", paste(worker_tmps[dir.exists(worker_tmps)], collapse = ", ")))
+
   # Nobody holds or maps a segment of theirs; no file of pageshare's but the
   # stale index entry, which a sweep removes.
   expect_identical(fk_segment_holders(pids), character())

@@ -34,6 +34,10 @@ struct Watch {
 
 static WATCH: Mutex<Watch> = Mutex::new(Watch { target: None, thread_of: 0 });
 
+/// This R session's temporary directory (R_SESSION_TMPDIR, read on the main
+/// thread when the watch starts): _exit() skips R's own removal of it.
+static SESSION_TMPDIR: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
+
 fn watch_state() -> MutexGuard<'static, Watch> {
     // Nothing panics while holding the lock; should it, the state is still whole.
     WATCH.lock().unwrap_or_else(|p| p.into_inner())
@@ -103,6 +107,11 @@ pub fn watch(pid: u32, start: u64) -> std::io::Result<bool> {
 /// R) and end it at once; the kernel frees its segments with its descriptors.
 fn master_gone() -> ! {
     let _ = std::panic::catch_unwind(pageshare_core::registry::withdraw_at_exit);
+    // R's temporary directory of this session would be left in /tmp too.
+    let tmp = SESSION_TMPDIR.lock().map(|t| t.clone()).unwrap_or(None);
+    if let Some(dir) = tmp.filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with("Rtmp"))) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     // SAFETY: _exit() ends the process without running atexit handlers or
     // destructors, so nothing runs concurrently with the main thread's R code.
     unsafe { libc::_exit(MASTER_GONE_STATUS) }
@@ -131,6 +140,9 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
         // Start times are counts of clock ticks: exact in a double up to 2^53.
         if !(start.is_finite() && start >= 0.0 && start < 2f64.powi(53) && start.fract() == 0.0) {
             return Err(RError::argument("`start_time` must be a process start time (a whole number >= 0)"));
+        }
+        if let Some(dir) = std::env::var_os("R_SESSION_TMPDIR") {
+            *SESSION_TMPDIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir.into());
         }
         let watched = watch(pid, start as u64)
             .map_err(|e| RError::system(format!("cannot start the watchdog thread: {e}")))?;
