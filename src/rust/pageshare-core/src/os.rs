@@ -55,11 +55,12 @@ pub fn pid() -> u32 {
 /// Start time of a process (clock ticks since boot, field 22 of /proc/PID/stat),
 /// which together with the pid identifies a process even after pid reuse.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let mut s = String::new();
-    File::open(format!("/proc/{pid}/stat")).ok()?.read_to_string(&mut s).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces.
-    let after = &s[s.rfind(')')? + 2..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    stat_fields(pid).map(|(_, start)| start)
+}
+
+/// The state letter of a process (R running, S sleeping, Z zombie, X dead...).
+pub fn process_state(pid: u32) -> Option<char> {
+    stat_fields(pid).map(|(state, _)| state)
 }
 
 /// Is the process (pid, start time) still running? A zombie (exited, not yet
@@ -78,8 +79,14 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
 fn stat_fields(pid: u32) -> Option<(char, u64)> {
     let mut s = String::new();
     File::open(format!("/proc/{pid}/stat")).ok()?.read_to_string(&mut s).ok()?;
-    let after = &s[s.rfind(')')? + 2..];
-    let mut f = after.split_whitespace();
+    parse_stat(&s)
+}
+
+/// (state, start time): fields 3 and 22 of a /proc/PID/stat line. The command
+/// name (field 2) is in parentheses and may itself contain spaces and
+/// parentheses, hence the last ')'.
+pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let mut f = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
     let state = f.next()?.chars().next()?;
     Some((state, f.nth(18)?.parse().ok()?))
 }

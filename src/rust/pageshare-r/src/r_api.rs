@@ -563,14 +563,21 @@ pub extern "C" fn ps_release(ns: SEXP, var: SEXP) -> SEXP {
 pub extern "C" fn ps_held() -> SEXP {
     guard(|| unsafe {
         let pairs: Vec<(String, String)> = registry::held().iter().filter_map(|n| naming::parse_named(n)).collect();
-        let ns: Vec<String> = pairs.iter().map(|p| p.0.clone()).collect();
-        let var: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
-        let a = Rf_protect(strings(&ns));
-        let b = Rf_protect(strings(&var));
-        let out = named_list(&[("namespace", a), ("variable", b)]);
-        Rf_unprotect(2);
-        Ok(out)
+        Ok(string_columns(("namespace", "variable"), pairs))
     })
+}
+
+/// list(<a> = first strings, <b> = second strings) of `rows`.
+unsafe fn string_columns(names: (&str, &str), rows: Vec<(String, String)>) -> SEXP {
+    let (first, second): (Vec<String>, Vec<String>) = rows.into_iter().unzip();
+    // SAFETY: both vectors are protected until the list holds them.
+    unsafe {
+        let a = Rf_protect(strings(&first));
+        let b = Rf_protect(strings(&second));
+        let out = named_list(&[(names.0, a), (names.1, b)]);
+        Rf_unprotect(2);
+        out
+    }
 }
 
 /// Segments mapped in this process.
@@ -670,13 +677,7 @@ pub extern "C" fn ps_take_receive_failures() -> SEXP {
     guard(|| unsafe {
         let taken: Vec<(&'static str, String)> =
             std::mem::take(&mut *crate::altrep::RECEIVE_FAILURES.lock().unwrap_or_else(|p| p.into_inner()));
-        let classes: Vec<String> = taken.iter().map(|t| t.0.to_string()).collect();
-        let messages: Vec<String> = taken.iter().map(|t| t.1.clone()).collect();
-        let a = Rf_protect(strings(&classes));
-        let b = Rf_protect(strings(&messages));
-        let out = named_list(&[("class", a), ("message", b)]);
-        Rf_unprotect(2);
-        Ok(out)
+        Ok(string_columns(("class", "message"), taken.into_iter().map(|(c, m)| (c.to_string(), m)).collect()))
     })
 }
 

@@ -43,36 +43,13 @@ fn watch_state() -> MutexGuard<'static, Watch> {
     WATCH.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The state letter of a `/proc/PID/stat` line (field 3: R running, S sleeping,
-/// Z zombie, X dead, ...). The command name before it is in parentheses and
-/// may itself contain spaces and parentheses, hence the last ')'.
-pub fn state_of(stat: &str) -> Option<char> {
-    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
-}
-
-/// Is `pid` a zombie (or already dead, but not yet reaped)? A killed process
-/// stays in /proc with its start time until its parent reaps it, so the start
-/// time alone would call it alive. `false` if it has no /proc entry.
-pub fn is_zombie(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => matches!(state_of(&s), Some('Z') | Some('X')),
-        Err(_) => false,
-    }
-}
-
-/// Is the process (`pid`, `start` time) running: the same process (not a later
-/// one that reuses the pid), and not a zombie?
-pub fn is_running(pid: u32, start: u64) -> bool {
-    pid != 0 && os::start_time(pid) == Some(start) && !is_zombie(pid)
-}
-
 /// Returns once the process that `target()` names is no longer running,
 /// checking every `period` (`target()` is asked each time: it may change;
 /// `None` watches nothing).
 pub fn wait_until_gone(target: impl Fn() -> Option<(u32, u64)>, period: Duration) {
     loop {
         if let Some((pid, start)) = target() {
-            if !is_running(pid, start) {
+            if !os::is_alive(pid, start) {
                 return;
             }
         }
@@ -176,28 +153,33 @@ mod tests {
         (child, pid, start)
     }
 
+    fn is_zombie(pid: u32) -> bool {
+        matches!(os::process_state(pid), Some('Z') | Some('X'))
+    }
+
     #[test]
-    fn state_letter_after_a_command_name_with_parentheses_and_spaces() {
-        assert_eq!(state_of("123 (R) S 1 2 3"), Some('S'));
-        assert_eq!(state_of("123 (a) Z) (b c) Z 1 2"), Some('Z'));
-        assert_eq!(state_of("123 (R)"), None);
-        assert_eq!(state_of("garbage"), None);
+    fn state_and_start_after_a_command_name_with_parentheses_and_spaces() {
+        let tail = " 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 19";
+        assert_eq!(os::parse_stat(&format!("123 (R) S{tail}")), Some(('S', 777)));
+        assert_eq!(os::parse_stat(&format!("123 (a) Z) (b c) Z{tail}")), Some(('Z', 777)));
+        assert_eq!(os::parse_stat("123 (R)"), None);
+        assert_eq!(os::parse_stat("garbage"), None);
     }
 
     #[test]
     fn this_process_runs_and_a_wrong_start_time_or_no_pid_does_not() {
         let me = os::pid();
         let start = os::start_time(me).unwrap();
-        assert!(is_running(me, start));
+        assert!(os::is_alive(me, start));
         assert!(!is_zombie(me));
-        assert!(!is_running(me, start + 1));
-        assert!(!is_running(0, start));
+        assert!(!os::is_alive(me, start + 1));
+        assert!(!os::is_alive(0, start));
     }
 
     #[test]
     fn a_killed_unreaped_child_is_a_zombie_and_not_running() {
         let (mut child, pid, start) = sleeper();
-        assert!(is_running(pid, start));
+        assert!(os::is_alive(pid, start));
         child.kill().unwrap(); // SIGKILL, not reaped yet
         let deadline = Instant::now() + Duration::from_secs(5);
         while !is_zombie(pid) && Instant::now() < deadline {
@@ -205,10 +187,10 @@ mod tests {
         }
         assert!(is_zombie(pid));
         assert_eq!(os::start_time(pid), Some(start)); // still listed: why the state matters
-        assert!(!is_running(pid, start));
+        assert!(!os::is_alive(pid, start));
         child.wait().unwrap();
         assert!(!is_zombie(pid));
-        assert!(!is_running(pid, start));
+        assert!(!os::is_alive(pid, start));
     }
 
     #[test]
