@@ -19,8 +19,11 @@
 #' vector (at least 1 MiB, in a memory block of its own, as R allocates large
 #' vectors) is copied, its own pages are handed over to the segment, becoming
 #' copy-on-write mappings of the shared pages. `x` stays the same object with
-#' the same values; writing into it later copies just the pages written. See
-#' `pageshare.release_source` in [pageshare_options].
+#' the same values; writing into it later copies just the pages written. A
+#' vector that the C library served from a free stretch of its heap (possible
+#' in a long session) is copied without handing over: its memory is reused by
+#' the heap when freed. `shared_info(view)$source_released` tells how many bytes
+#' were handed over. See `pageshare.release_source` in [pageshare_options].
 #'
 #' Character vectors are stored packed (offsets, bytes, encodings); their view
 #' makes an R string only for the elements that are touched, so `x[i]` or
@@ -126,8 +129,9 @@ is_shared <- function(x) .Call(ps_is_view, x)
 #'   `segment_bytes`, `owner_pid` (that process), `owned_here`, `type`,
 #'   `offset` and `length` (in elements), `materializations` (full copies made
 #'   of this view so far), `private_copy` (whether this view now reads a
-#'   private copy) and `memfd` (the segment's name as /proc shows its mappings
-#'   and descriptors).
+#'   private copy), `memfd` (the segment's name as /proc shows its mappings
+#'   and descriptors) and `source_released` (bytes of the source's own pages
+#'   that became the segment's when this process shared it, see [share()]).
 #' @examples
 #' v <- share(runif(1000))
 #' str(shared_info(v))

@@ -17,6 +17,7 @@ own_kb <- function(pid) {
   }
   get("Anonymous")
 }
+environment(own_kb) <- baseenv()   # self-contained: tests send it to callr processes
 
 # A PSOCK cluster with pageshare loaded, stopped when the calling test ends.
 local_cluster <- function(n = 1L, env = parent.frame()) {

@@ -52,6 +52,9 @@ pub struct Segment {
     held: Mutex<Option<(File, u32)>>,
     map: Mmap,
     header: Header,
+    /// Bytes of the source's own pages that became this segment's pages when
+    /// it was created here ([`Segment::create_copy_handing_over`]); 0 otherwise.
+    source_released: usize,
 }
 
 impl std::fmt::Debug for Segment {
@@ -228,7 +231,9 @@ impl Segment {
                 return Err(e);
             }
         };
-        Ok((Segment::assemble(name, file, sealed, header), handed))
+        let mut segment = Segment::assemble(name, file, sealed, header);
+        segment.source_released = handed;
+        Ok((segment, handed))
     }
 
     /// Plan the header (with a fresh token), check that the memory is there
@@ -263,7 +268,14 @@ impl Segment {
     fn assemble(name: &str, file: File, (map, dev, ino): (Mmap, u64, u64), header: Header) -> Segment {
         let (pid, start) = self_identity();
         let origin = Locator { pid, start, fd: file.as_raw_fd(), dev, ino, size: header.total_size, token: header.token };
-        Segment { name: name.to_string(), origin: Mutex::new(origin), held: Mutex::new(Some((file, pid))), map, header }
+        Segment {
+            name: name.to_string(),
+            origin: Mutex::new(origin),
+            held: Mutex::new(Some((file, pid))),
+            map,
+            header,
+            source_released: 0,
+        }
     }
 
     /// Map the segment `locator` points at, read-only, after checking that it
@@ -286,7 +298,14 @@ impl Segment {
             let d0 = header.data_offset as usize;
             crate::strings::StringTable::parse(&map[d0..d0 + header.data_len as usize], header.length, name)?;
         }
-        Ok(Segment { name: name.to_string(), origin: Mutex::new(*locator), held: Mutex::new(None), map, header })
+        Ok(Segment {
+            name: name.to_string(),
+            origin: Mutex::new(*locator),
+            held: Mutex::new(None),
+            map,
+            header,
+            source_released: 0,
+        })
     }
 
     pub fn name(&self) -> &str {
@@ -417,6 +436,11 @@ impl Segment {
     /// Size of the whole segment (header, attributes, data).
     pub fn total_size(&self) -> u64 {
         self.header.total_size
+    }
+    /// Bytes of the source's own pages this segment took over when this
+    /// process created it (0 if it copied only, or was opened).
+    pub fn source_released(&self) -> usize {
+        self.source_released
     }
     /// Stop holding the segment now: no process can open it through us any
     /// more; mappings (here and elsewhere) stay valid until unmapped, and the

@@ -406,6 +406,7 @@ unsafe fn info_list(i: &Info<'_>) -> SEXP {
             Rf_protect(Rf_ScalarReal(i.materializations as f64)),
             Rf_protect(Rf_ScalarLogical(i.private_copy as i32)),
             Rf_protect(Rf_ScalarString(mk_string(&i.seg.maps_path()))),
+            Rf_protect(Rf_ScalarReal(i.seg.source_released() as f64)),
         ];
         let out = named_list(&[
             ("name", vals[0]),
@@ -420,6 +421,7 @@ unsafe fn info_list(i: &Info<'_>) -> SEXP {
             ("materializations", vals[9]),
             ("private_copy", vals[10]),
             ("memfd", vals[11]),
+            ("source_released", vals[12]),
         ]);
         Rf_unprotect(vals.len() as i32);
         out
