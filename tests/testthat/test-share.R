@@ -279,3 +279,20 @@ test_that("another process of the same user can neither shrink, grow nor rewrite
   expect_identical(file.size(path), info$segment_bytes)
   expect_identical(unserialize(with_handles(serialize(v, NULL))), x)
 })
+
+test_that("sharing many objects whose sources stay alive costs the same per object", {
+  # Each share() once checked every cached entry: the last of n shares cost
+  # O(n). Now the 1000 shares made with 3000 entries cached take about as long
+  # as the first 1000 (quadratic cost would make them ~7 x slower).
+  forget_shared(); invisible(gc())
+  src <- lapply(seq_len(4000), function(i) as.double(i + 1:16))
+  views <- vector("list", length(src))
+  timed <- function(idx) system.time(for (i in idx) views[[i]] <<- share(src[[i]]))[["elapsed"]]
+  first <- timed(1:1000)
+  invisible(timed(1001:3000))
+  last <- timed(3001:4000)
+  expect_lt(last, 3 * first + 0.1)
+  expect_identical(views[[4000]][16], 4016)
+  expect_identical(shared_info(share(src[[1]]))$name, shared_info(views[[1]])$name)  # still cached
+  rm(views, src); forget_shared(); invisible(gc())
+})

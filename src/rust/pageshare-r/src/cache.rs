@@ -17,7 +17,8 @@
 //!   source not mutable, so R duplicates it before any write.
 //! - Eviction: an entry whose source memory can no longer be read (large vectors
 //!   are returned to the OS when freed), or whose handed-over mapping is gone,
-//!   is dropped before every share and after every garbage collection. Sources
+//!   is dropped after every garbage collection (a source can only die in one).
+//!   A share checks only the cache's size, so sharing n objects costs O(n). Sources
 //!   whose death cannot be seen that way (small vectors in R's or malloc's heap)
 //!   are dropped least-recently-used first once the cached views exceed
 //!   `pageshare.cache_limit` bytes. Dropping an entry releases the cache's hold on
@@ -50,11 +51,36 @@ struct Entry {
     used: u64,
 }
 
-/// Source address -> entry.
-static ENTRIES: Lazy<Mutex<HashMap<usize, Entry>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+/// Source address -> entry, with the entries' total bytes kept as they change
+/// (a share compares it with the limit without walking the entries).
+#[derive(Default)]
+struct Entries {
+    map: HashMap<usize, Entry>,
+    bytes: u64,
+}
+
+impl Entries {
+    fn insert(&mut self, addr: usize, e: Entry) -> Option<Entry> {
+        self.bytes += e.bytes;
+        let old = self.map.insert(addr, e);
+        self.bytes -= old.map_or(0, |o| o.bytes);
+        old
+    }
+    fn remove(&mut self, addr: usize) -> Option<Entry> {
+        let old = self.map.remove(&addr);
+        self.bytes -= old.map_or(0, |o| o.bytes);
+        old
+    }
+    fn drain(&mut self) -> Vec<Entry> {
+        self.bytes = 0;
+        self.map.drain().map(|(_, e)| e).collect()
+    }
+}
+
+static ENTRIES: Lazy<Mutex<Entries>> = Lazy::new(|| Mutex::new(Entries::default()));
 static CLOCK: AtomicU64 = AtomicU64::new(1);
 
-fn entries() -> std::sync::MutexGuard<'static, HashMap<usize, Entry>> {
+fn entries() -> std::sync::MutexGuard<'static, Entries> {
     ENTRIES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -78,7 +104,7 @@ pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Option<SEXP> {
         if ALTREP(x) != 0 {
             return None;
         }
-        let e = *entries().get(&(x as usize))?;
+        let e = *entries().map.get(&(x as usize))?;
         let data = if XLENGTH(x) > 0 { DATAPTR_RO(x) as usize } else { 0 };
         if TYPEOF(x) as u32 != e.sexptype || XLENGTH(x) != e.len || data != e.data {
             return None;
@@ -89,7 +115,7 @@ pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Option<SEXP> {
         if !holds_view_data(x, &e) {
             return None;
         }
-        if let Some(e) = entries().get_mut(&(x as usize)) {
+        if let Some(e) = entries().map.get_mut(&(x as usize)) {
             e.used = tick();
         }
         Some(e.view as SEXP)
@@ -200,7 +226,7 @@ fn source_alive(addr: usize, e: &Entry) -> bool {
 /// # Safety
 /// Main R thread.
 pub unsafe fn evict_unused(limit: u64) -> usize {
-    let mut all: Vec<(usize, Entry)> = entries().iter().map(|(k, v)| (*k, *v)).collect();
+    let mut all: Vec<(usize, Entry)> = entries().map.iter().map(|(k, v)| (*k, *v)).collect();
     all.sort_by_key(|(_, e)| e.used);
     let newest = all.last().map(|(k, _)| *k);
     let mut total: u64 = all.iter().map(|(_, e)| e.bytes).sum();
@@ -209,7 +235,7 @@ pub unsafe fn evict_unused(limit: u64) -> usize {
         let gone = !source_alive(addr, &e);
         let over_cap = total > limit && Some(addr) != newest;
         if gone || over_cap {
-            entries().remove(&addr);
+            entries().remove(addr);
             total -= e.bytes;
             // SAFETY: made by `insert`, released once here.
             unsafe { release(&e) };
@@ -219,12 +245,26 @@ pub unsafe fn evict_unused(limit: u64) -> usize {
     dropped
 }
 
+/// After a share: [`evict_unused`] only when the cached views exceed `limit`
+/// bytes (dead sources are dropped after each garbage collection; checking
+/// every entry at every share would make sharing n objects cost O(n^2)).
+///
+/// # Safety
+/// Main R thread.
+pub unsafe fn trim_to(limit: u64) -> usize {
+    if entries().bytes <= limit {
+        return 0;
+    }
+    // SAFETY: forwarded.
+    unsafe { evict_unused(limit) }
+}
+
 /// Forget every entry (package unload, `forget_shared()`).
 ///
 /// # Safety
 /// Main R thread.
 pub unsafe fn clear() -> usize {
-    let all: Vec<Entry> = entries().drain().map(|(_, v)| v).collect();
+    let all: Vec<Entry> = entries().drain();
     for e in &all {
         // SAFETY: each entry was made by `insert` and is released once here.
         unsafe { release(e) };
@@ -233,11 +273,11 @@ pub unsafe fn clear() -> usize {
 }
 
 pub fn len() -> usize {
-    entries().len()
+    entries().map.len()
 }
 
 /// (address, bytes, source still seen alive) of every entry, for diagnostics.
 pub fn describe() -> Vec<(usize, u64, bool)> {
-    let all: Vec<(usize, Entry)> = entries().iter().map(|(a, e)| (*a, *e)).collect();
+    let all: Vec<(usize, Entry)> = entries().map.iter().map(|(a, e)| (*a, *e)).collect();
     all.iter().map(|(a, e)| (*a, e.bytes, source_alive(*a, e))).collect()
 }

@@ -178,7 +178,7 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, cache_limit: SEXP, release_sour
         // Marks x not mutable: an in-place write would make it differ from its
         // view, so R duplicates it first (see cache.rs).
         cache::insert(x, attrs, view, view_of(view).map_or(0, |v| v.bytes() as u64), handed);
-        cache::evict_unused(limit);
+        cache::trim_to(limit);
         Rf_unprotect(1);
         Ok(view)
     })
@@ -264,7 +264,7 @@ pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, cache_limit: SEXP) 
             }
             cache::insert(VECTOR_ELT(leaves, *i), a, view, len * elem, None);
         }
-        cache::evict_unused(limit);
+        cache::trim_to(limit);
         Rf_unprotect(1);
         Ok(out)
     })
