@@ -42,7 +42,7 @@
 #'   loop, see [stop_workers()]). A cluster on another host is accepted but
 #'   receives plain data.
 #' @param cores Number of workers of pageshare's pool to use when `cl` is
-#'   missing; default `getOption("pageshare.workers")`. A whole number from 1
+#'   missing; default the option `pageshare.workers` (see [pageshare_options]). A whole number from 1
 #'   to the connections R has free; anything else (`1.7`, `Inf`, `NA`, `"2"`)
 #'   is a `pageshare_bad_argument` error before any worker starts.
 #' @param ... Registration options; as in doParallel, only `nocompile`
@@ -156,8 +156,13 @@ doshm_backend <- function(obj, expr, envir, data) {
   local <- isTRUE(data$local)
   state <- share_state()
   on.exit(restore_shared(state), add = TRUE)
-  it <- iterators::iter(obj)
-  accumulator <- foreach::makeAccum(it)
+  # A plain loop's iterations and combining are done in bulk (doshm-bulk.R);
+  # any other goes through foreach's iterator and accumulator.
+  bulk <- foreach_in_bulk(obj)
+  if (is.null(bulk$args)) {
+    it <- iterators::iter(bulk$obj)
+    accumulator <- foreach::makeAccum(it)
+  }
   opt <- doshm_options(obj)
 
   # Export environment: the caller's dots (large ones shared), then the
@@ -217,9 +222,11 @@ doshm_backend <- function(obj, expr, envir, data) {
 
   # Task arguments, evaluated on the master; large ones shared (identity
   # cached: the same object in many tasks is one segment).
-  argsList <- as.list(it)
+  argsList <- if (is.null(bulk$args)) as.list(it) else bulk$args
   if (local && length(argsList)) {
-    argsList <- lapply(argsList, function(args) lapply(args, share_walk, state = state))
+    # One walk over all of them: a list too small to hold anything worth
+    # sharing is passed over at once, instead of one walk per iteration.
+    argsList <- share_walk(argsList, state)
   }
   if (local) warn_fallback(state)
   if (verbose) {
@@ -252,23 +259,29 @@ doshm_backend <- function(obj, expr, envir, data) {
       if (length(msgs)) pageshare_stop("worker_init", msgs[1L])
       chunks <- iteration_chunks(length(argsList), length(cl), opt)
       if (verbose) cat(sprintf("%d iteration(s) in %d task(s)\n", length(argsList), length(chunks)))
-      res <- parallel::clusterApplyLB(cl, lapply(chunks, function(i) argsList[i]),
-                                      worker_stub("doshm_worker_eval_chunk"))
+      res <- if (length(chunks)) {
+        parallel::clusterApplyLB(cl, lapply(chunks, function(i) argsList[i]),
+                                 worker_stub("doshm_worker_eval_chunk"))
+      } else list()   # (clusterApplyLB() of nothing is NULL)
       parallel::clusterCall(cl, worker_stub("doshm_worker_done"))
       do.call(c, res)
     }
   }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
 
-  tryCatch(accumulator(results, seq_along(results)), error = function(e) {
-    cat("error calling combine function:\n")
-    print(e)
-  })
-  err <- foreach::getErrorValue(it)
-  if (identical(obj$errorHandling, "stop") && !is.null(err)) {
-    msg <- sprintf("task %d failed - \"%s\"", foreach::getErrorIndex(it), conditionMessage(err))
+  if (is.null(bulk$args)) {
+    tryCatch(accumulator(results, seq_along(results)), error = function(e) {
+      cat("error calling combine function:\n")
+      print(e)
+    })
+    combined <- list(error = foreach::getErrorValue(it), error_index = foreach::getErrorIndex(it))
+  } else {
+    combined <- combine_in_bulk(results, bulk, obj$errorHandling)
+  }
+  if (identical(obj$errorHandling, "stop") && !is.null(combined$error)) {
+    msg <- sprintf("task %d failed - \"%s\"", combined$error_index, conditionMessage(combined$error))
     stop(simpleError(msg, call = expr))
   }
-  foreach::getResult(it)
+  if (is.null(bulk$args)) foreach::getResult(it) else combined$result
 }
 
 # ---- Worker side (these run in the workers' pageshare namespace) ----
@@ -305,13 +318,33 @@ doshm_worker_init <- function(expr, exportenv, pkgname, packages, attach) {
   doshm_setup(exportenv, pkgname, packages, attach)
 }
 
-doshm_run <- function(args, expr, env) {
-  for (nm in names(args)) assign(nm, args[[nm]], envir = env)
-  tryCatch(eval(expr, envir = env), error = function(e) e)
+# Evaluate the loop body for each iteration of a chunk; an iteration that
+# fails gives its error condition as its result. One tryCatch() serves the
+# iterations up to the next error (instead of one per iteration, which would
+# cost more than a tiny body): after an error the loop resumes with the next
+# iteration, so each is evaluated exactly once.
+doshm_run_chunk <- function(chunk, expr, env) {
+  out <- vector("list", length(chunk))
+  k <- 0L
+  while (k < length(chunk)) {
+    k <- tryCatch({
+      while (k < length(chunk)) {
+        k <- k + 1L
+        args <- chunk[[k]]
+        for (nm in names(args)) assign(nm, args[[nm]], envir = env)
+        out[k] <- list(eval(expr, envir = env))
+      }
+      k
+    }, error = function(e) {
+      out[k] <<- list(e)
+      k
+    })
+  }
+  out
 }
 
 doshm_worker_eval_chunk <- function(chunk) {
-  lapply(chunk, doshm_run, expr = doshm_state$expr, env = doshm_state$env)
+  doshm_run_chunk(chunk, doshm_state$expr, doshm_state$env)
 }
 
 # Drop the loop's state so that the worker holds no view after the loop.
@@ -327,5 +360,5 @@ doshm_worker_chunk <- function(chunk, expr, exportenv, pkgname, packages, attach
   on.exit(if (attach) while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE))
   msg <- doshm_setup(exportenv, pkgname, packages, attach)
   if (!is.null(msg)) return(structure(list(message = msg), class = "doshm_init_error"))
-  lapply(chunk, doshm_run, expr = expr, env = exportenv)
+  doshm_run_chunk(chunk, expr, exportenv)
 }

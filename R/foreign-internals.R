@@ -15,7 +15,11 @@
 # `globals`, `expr`, `state`, `result`, `owner`, `node`, `workers`/`backend`
 # (the run()/launchFuture() methods of a future subclass must change what is
 # sent and put it back), and a ClusterFutureBackend's `workers`, `reg`,
-# `futureClasses` and `maxSizeOfObjects` (future >= 1.40).
+# `futureClasses` and `maxSizeOfObjects` (future >= 1.40); a foreach object's
+# `args`, `argnames`, `evalenv` and `combineInfo` (`fun`, `in.order`,
+# `has.init`, `init`, `final`, `max.combine`), which the foreach backend
+# reads to iterate and combine plain loops in bulk (R/doshm-bulk.R; a loop
+# whose object lacks one goes through foreach's own iterator and accumulator).
 
 foreign_internals <- list(
   list(package = "future", name = "FutureRegistry",
