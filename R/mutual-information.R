@@ -73,7 +73,8 @@
 #' @param base The base of the logarithm: `exp(1)` for nats (default), `2` for
 #'   bits.
 #' @param cores Number of workers of pageshare's pool to use (at most one per
-#'   block of features); default `getOption("pageshare.workers")`. `1` computes
+#'   block of features); default the pool's size (option `pageshare.workers`, see
+#'   [pageshare_options]). `1` computes
 #'   in this R process. Checked as `cores` of [registerDoShm()].
 #' @return A numeric vector, one MI per column of `X`, named by its column
 #'   names.

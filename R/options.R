@@ -16,9 +16,10 @@
 #'    default `1048576`, 1 MiB) Objects smaller than this travel by plain
 #'    serialization when the backends share automatically; [share()] itself
 #'    always shares.}
-#'  \item{`pageshare.workers`}{(whole number; env `PAGESHARE_WORKERS`; default
-#'    `parallelly::availableCores()`, which honours cgroup limits and CPU
-#'    affinity, less what leaves 16 connections free) Number of processes in pageshare's own worker
+#'  \item{`pageshare.workers`}{(whole number; env `PAGESHARE_WORKERS`; unset by
+#'    default, which means `parallelly::availableCores()` when the pool starts
+#'    (it honours cgroup limits and CPU affinity), less what leaves 16
+#'    connections free) Number of processes in pageshare's own worker
 #'    pool, used by [registerDoShm()] without a cluster and by [memApply()] /
 #'    [memLapply()] without `CLUSTER`. The pool is started on first use, reused
 #'    by later calls, and stopped by [stop_workers()] or when R exits.}
@@ -69,8 +70,10 @@ option_defaults <- list(
   pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
-  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = function() default_worker_count(),
-                           parse = as.numeric)
+  # Unset by default and counted when a pool starts (worker_count()): loading
+  # parallelly in every process that loads pageshare, workers included, costs
+  # each ~10 MB.
+  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = NULL, parse = as.numeric)
 )
 
 load_option_defaults <- function() {
@@ -80,7 +83,7 @@ load_option_defaults <- function() {
       env <- Sys.getenv(spec$env, "")
       value <- if (nzchar(env)) spec$parse(env)
                else if (is.function(spec$default)) spec$default() else spec$default
-      options(stats::setNames(list(value), name))
+      if (!is.null(value)) options(stats::setNames(list(value), name))
     }
   }
 }

@@ -34,3 +34,19 @@ test_that("the default worker count honours the cores this process may use", {
                               shQuote("cat(pageshare:::default_worker_count())")), stdout = TRUE)
   expect_identical(one, "1")
 })
+
+test_that("the worker count is counted when a pool starts, so loading pageshare does not load parallelly", {
+  # Every worker loads pageshare; parallelly (and tools, which it loads) cost
+  # each process ~10 MB. PAGESHARE_WORKERS still sets the option at load.
+  res <- callr::r(function() {
+    library(pageshare)
+    list(loaded = "parallelly" %in% loadedNamespaces(), option = getOption("pageshare.workers"),
+         count = pageshare:::worker_count())
+  }, env = c(callr::rcmd_safe_env(), PAGESHARE_WORKERS = ""))
+  expect_false(res$loaded)
+  expect_null(res$option)
+  expect_gte(res$count, 1L)
+  from_env <- callr::r(function() { library(pageshare); getOption("pageshare.workers") },
+                       env = c(callr::rcmd_safe_env(), PAGESHARE_WORKERS = "3"))
+  expect_identical(from_env, 3)
+})
