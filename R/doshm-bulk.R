@@ -73,8 +73,7 @@ combine_in_bulk <- function(results, bulk, error_handling) {
     }
     FALSE
   }, error = function(e) {
-    cat("error calling combine function:\n")
-    print(e)
+    report_combine_error(e)
     TRUE
   })
   seen <- if (failed) seq_len(done) else seq_len(n)
@@ -83,4 +82,11 @@ combine_in_bulk <- function(results, bulk, error_handling) {
   list(result = if (is.null(info$final)) accum else info$final(accum),
        error = if (is.na(first_error)) NULL else results[[first_error]],
        error_index = first_error)
+}
+
+# A combine function that fails is reported, not raised, as foreach's own
+# backends do; the results combined so far are kept.
+report_combine_error <- function(e) {
+  cat("error calling combine function:\n")
+  print(e)
 }

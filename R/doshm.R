@@ -269,10 +269,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
 
   if (is.null(bulk$args)) {
-    tryCatch(accumulator(results, seq_along(results)), error = function(e) {
-      cat("error calling combine function:\n")
-      print(e)
-    })
+    tryCatch(accumulator(results, seq_along(results)), error = report_combine_error)
     combined <- list(error = foreach::getErrorValue(it), error_index = foreach::getErrorIndex(it))
   } else {
     combined <- combine_in_bulk(results, bulk, obj$errorHandling)

@@ -85,3 +85,22 @@ test_that("doRNG streams over a plain loop are those of doParallel", {
   expect_identical(as.vector(a), as.vector(b))
   expect_identical(attr(a, "rng"), attr(b, "rng"))
 })
+
+test_that("a failing combine function is reported and what was combined kept, as with doParallel", {
+  skip_if_not_installed("doParallel")
+  fails_late <- function(a, ...) if (length(a) >= 5) stop("combine gave up") else c(a, ...)
+  run <- function() {
+    out <- utils::capture.output(r <- foreach(i = 1:9, .combine = fails_late, .init = 0) %dopar% i)
+    list(result = r, printed = any(grepl("error calling combine function", out, fixed = TRUE)))
+  }
+  registerDoShm(cores = 2)
+  on.exit(foreach::registerDoSEQ(), add = TRUE)
+  shm <- run()
+  cl <- parallel::makePSOCKcluster(2)
+  on.exit(parallel::stopCluster(cl), add = TRUE)
+  doParallel::registerDoParallel(cl)
+  dopar <- run()
+  expect_true(shm$printed)
+  expect_identical(shm$result, dopar$result)
+  expect_identical(shm$result, c(0, 1, 2, 3, 4))
+})
