@@ -12,9 +12,10 @@
 # through foreach's iterator and accumulator as before. Either way every
 # argument is evaluated once.
 
-# The iteration values of `obj` and what the combining needs, or, when the
-# loop is not plain, list(obj = obj) with its arguments already evaluated
-# (quoted), so that foreach's iterator does not evaluate them again.
+# The iteration values of `obj` as columns (see iteration_columns()) and what
+# the combining needs, or, when the loop is not plain, list(obj = obj) with its
+# arguments already evaluated (quoted), so that foreach's iterator does not
+# evaluate them again.
 foreach_in_bulk <- function(obj) {
   info <- obj$combineInfo
   fields <- c("fun", "in.order", "has.init", "init", "final", "max.combine")
@@ -29,11 +30,34 @@ foreach_in_bulk <- function(obj) {
   init <- if (isTRUE(info$has.init)) eval(info$init, envir = list(), enclos = obj$evalenv)
   n <- min(lengths(values))
   columns <- lapply(values, function(v) {
-    v <- unname(v)[seq_len(n)]
-    if (is.list(v)) v else as.list(v)
+    if (length(v) != n) v <- v[seq_len(n)]
+    if (is.null(names(v))) v else unname(v)
   })
   names(columns) <- obj$argnames
-  list(args = .mapply(function(...) list(...), columns, NULL), init = init, info = info)
+  list(columns = columns, init = init, info = info)
+}
+
+# The iterations of a loop as columns: a named list holding, for each
+# iteration variable, a vector or list with its value in every iteration
+# (iteration k binds each name to `column[[k]]`). Sent in slices, so that a
+# task of 500 iterations is a few vectors rather than 500 small lists.
+# `rows` is what foreach's iterator gives: one named list per iteration.
+# (An iteration may bind no variable, as in foreach(icount(3)): the count is
+# attribute "iterations".)
+rows_to_columns <- function(rows) {
+  nms <- unique(unlist(lapply(rows, names)))
+  columns <- lapply(nms, function(nm) lapply(rows, function(r) r[[nm]]))
+  names(columns) <- nms
+  structure(columns, iterations = length(rows))
+}
+
+iteration_count <- function(columns) {
+  n <- attr(columns, "iterations", exact = TRUE)
+  if (!is.null(n)) n else if (length(columns)) length(columns[[1L]]) else 0L
+}
+
+slice_columns <- function(columns, idx) {
+  structure(lapply(columns, function(col) col[idx]), iterations = length(idx))
 }
 
 # What iterators::iter() walks with `[[` and length(): an atomic vector or a
@@ -43,14 +67,25 @@ is_plain_sequence <- function(v) {
     all(names(attributes(v)) %in% "names")
 }
 
-# foreach's result from the results of every iteration, in order, as its
-# accumulator would combine them (see callCombine() in foreach), with the
+# foreach's result from the results of every iteration, in order (`failed`:
+# the indices of those that are errors), as its accumulator would combine them (see callCombine() in foreach), with the
 # first error a "stop" or "remove" loop records. A failing combine function is
 # reported as foreach's backends do, and the results combined so far kept.
-combine_in_bulk <- function(results, bulk, error_handling) {
+combine_in_bulk <- function(results, failed, bulk, error_handling) {
   info <- bulk$info
   n <- length(results)
-  errors <- if (error_handling %in% c("stop", "remove")) vapply(results, inherits, NA, "error") else logical(n)
+  errors <- logical(n)
+  if (error_handling %in% c("stop", "remove")) errors[failed] <- TRUE
+  if (is_default_combine(info)) {
+    # foreach's default combine only collects the results into a list
+    keep <- results[!errors]
+    names(keep) <- NULL
+    accum <- c(bulk$init, keep)
+    first_error <- which(errors)[1L]
+    return(list(result = if (is.null(info$final)) accum else info$final(accum),
+                error = if (is.na(first_error)) NULL else results[[first_error]],
+                error_index = first_error))
+  }
   state <- new.env(parent = emptyenv())
   state$fun <- info$fun
   state$accum <- bulk$init
@@ -82,6 +117,16 @@ combine_in_bulk <- function(results, bulk, error_handling) {
   list(result = if (is.null(info$final)) accum else info$final(accum),
        error = if (is.na(first_error)) NULL else results[[first_error]],
        error_index = first_error)
+}
+
+# Whether the loop combines with foreach's default, `function(a, ...) c(a,
+# list(...))` from foreach's namespace with `.init` list() (a loop without
+# `.combine`), which only collects the results in order.
+is_default_combine <- function(info) {
+  f <- info$fun
+  is.function(f) && identical(body(f), quote(c(a, list(...)))) && isTRUE(info$has.init) &&
+    identical(info$init, quote(list())) && identical(names(formals(f)), c("a", "...")) &&
+    identical(environment(f), asNamespace("foreach"))
 }
 
 # A combine function that fails is reported, not raised, as foreach's own

@@ -20,8 +20,14 @@
 #'
 #' Iterations are grouped into tasks of consecutive iterations, by default
 #' two tasks per worker handed out as workers become free, so that many tiny
-#' iterations do not each pay a round trip (as doFuture does). Results, their
-#' order, `.errorhandling` and doRNG's streams are per iteration as before.
+#' iterations do not each pay a round trip (as doFuture does). A loop costs
+#' one round of messages: the body and the exported variables travel with a
+#' worker's first task and stay there for the loop's later tasks. Each
+#' iteration binds its variables in the loop's environment and evaluates the
+#' body there, as `eval()` does (a body that calls `return()`, `sys.call()`,
+#' `parent.frame()` or the like at its top level is evaluated by `eval()`
+#' itself). Results, their order, `.errorhandling` and doRNG's streams are per
+#' iteration as before.
 #' `.options.shm = list(chunk.size = 1)` (or `scheduling = Inf`) sends one
 #' task per iteration; `chunk.size = k` sends `k` iterations per task;
 #' `scheduling = s` makes about `s` tasks per worker.
@@ -46,7 +52,8 @@
 #'   to the connections R has free; anything else (`1.7`, `Inf`, `NA`, `"2"`)
 #'   is a `pageshare_bad_argument` error before any worker starts.
 #' @param ... Registration options; as in doParallel, only `nocompile`
-#'   (`TRUE`: do not byte-compile the loop body) is recognised.
+#'   is recognised (`TRUE`: never byte-compile the loop body; by default a
+#'   body that contains a loop of its own is compiled once, on the master).
 #' @return `invisible(NULL)`; registers the backend (name `"doShm"`) with
 #'   `foreach::setDoPar()`.
 #' @seealso [stop_workers()], [share()], [memApply()]
@@ -142,7 +149,7 @@ iteration_chunks <- function(n, workers, opt) {
            else ceiling(opt$scheduling * workers)
   tasks <- max(1L, min(n, tasks))
   if (tasks == n) return(as.list(seq_len(n)))
-  parallel::splitIndices(n, tasks)
+  split_range(n, tasks)
 }
 
 # A frame holding the caller's `...` (if any), so that `...` used in the loop
@@ -159,7 +166,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   # A plain loop's iterations and combining are done in bulk (doshm-bulk.R);
   # any other goes through foreach's iterator and accumulator.
   bulk <- foreach_in_bulk(obj)
-  if (is.null(bulk$args)) {
+  if (is.null(bulk$columns)) {
     it <- iterators::iter(bulk$obj)
     accumulator <- foreach::makeAccum(it)
   }
@@ -212,7 +219,7 @@ doshm_backend <- function(obj, expr, envir, data) {
     }
   }
 
-  body <- if (isTRUE(data$nocompile)) expr
+  body <- if (isTRUE(data$nocompile) || !has_loop(expr)) expr
           else compiler::compile(expr, env = envir, options = list(suppressUndefined = TRUE))
   pkgname <- if (identical(envir, globalenv())) NULL else utils::packageName(envir)
   packages <- obj$packages
@@ -220,142 +227,50 @@ doshm_backend <- function(obj, expr, envir, data) {
     cat(sprintf("explicitly exporting package(s): %s\n", paste(packages, collapse = ", ")))
   }
 
-  # Task arguments, evaluated on the master; large ones shared (identity
-  # cached: the same object in many tasks is one segment).
-  argsList <- if (is.null(bulk$args)) as.list(it) else bulk$args
-  if (local && length(argsList)) {
-    # One walk over all of them: a list too small to hold anything worth
-    # sharing is passed over at once, instead of one walk per iteration.
-    argsList <- share_walk(argsList, state)
+  # Task arguments, evaluated on the master, as columns; large values in list
+  # columns shared (identity cached: the same object in many tasks is one
+  # segment). Atomic columns hold one element per iteration and are sent in
+  # slices.
+  columns <- if (is.null(bulk$columns)) rows_to_columns(as.list(it)) else bulk$columns
+  n <- iteration_count(columns)
+  if (local) {
+    lists <- vapply(columns, is.list, NA)
+    columns[lists] <- lapply(columns[lists], share_walk, state = state)
+    warn_fallback(state)
   }
-  if (local) warn_fallback(state)
   if (verbose) {
     cat(sprintf("pageshare: %d task(s) on %d worker(s); %d value(s) shared\n",
-                length(argsList), length(cl), length(unique_views(state$views))))
+                n, length(cl), length(unique_views(state$views))))
   }
 
   # Every message to the workers is serialized inside the handle scope, so
-  # views cross as handles. exportenv and argsList keep the views (and thus
+  # views cross as handles. exportenv and columns keep the views (and thus
   # the segments) alive until the loop has finished.
+  setup <- list(expr = body, exportenv = exportenv, pkgname = pkgname, packages = packages,
+                attach = opt$attachExportEnv, direct = evaluates_directly(expr))
+  chunks <- if (opt$preschedule) {
+    if (verbose) cat(sprintf("bundling all tasks into %d chunk(s)\n", min(length(cl), n)))
+    split_range(n, min(length(cl), n))
+  } else {
+    iteration_chunks(n, length(cl), opt)
+  }
+  if (verbose) {
+    if (opt$attachExportEnv) cat("attaching export environment\n")
+    cat(sprintf("%d iteration(s) in %d task(s)\n", n, length(chunks)))
+  }
   results <- with_pool_health(with_handles_if(local, {
-    if (opt$preschedule) {
-      if (verbose) cat(sprintf("bundling all tasks into %d chunk(s)\n", min(length(cl), length(argsList))))
-      chunks <- if (length(argsList)) {
-        lapply(parallel::splitIndices(length(argsList), min(length(cl), length(argsList))),
-               function(i) argsList[i])
-      } else list()
-      res <- if (length(chunks)) {
-        parallel::clusterApply(cl[seq_along(chunks)], chunks, worker_stub("doshm_worker_chunk"), body, exportenv,
-                               pkgname, packages, opt$attachExportEnv)
-      } else list()
-      bad <- Filter(function(r) inherits(r, "doshm_init_error"), res)
-      if (length(bad)) pageshare_stop("worker_init", bad[[1L]]$message)
-      do.call(c, res)
-    } else {
-      if (verbose && opt$attachExportEnv) cat("attaching export environment\n")
-      init <- parallel::clusterCall(cl, worker_stub("doshm_worker_init"), body, exportenv, pkgname, packages,
-                                    opt$attachExportEnv)
-      msgs <- unlist(init)
-      if (length(msgs)) pageshare_stop("worker_init", msgs[1L])
-      chunks <- iteration_chunks(length(argsList), length(cl), opt)
-      if (verbose) cat(sprintf("%d iteration(s) in %d task(s)\n", length(argsList), length(chunks)))
-      res <- if (length(chunks)) {
-        parallel::clusterApplyLB(cl, lapply(chunks, function(i) argsList[i]),
-                                 worker_stub("doshm_worker_eval_chunk"))
-      } else list()   # (clusterApplyLB() of nothing is NULL)
-      parallel::clusterCall(cl, worker_stub("doshm_worker_done"))
-      do.call(c, res)
-    }
+    run_loop_tasks(cl, columns, chunks, setup, balance = !opt$preschedule)
   }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
 
-  if (is.null(bulk$args)) {
-    tryCatch(accumulator(results, seq_along(results)), error = report_combine_error)
+  if (is.null(bulk$columns)) {
+    tryCatch(accumulator(results$values, seq_along(results$values)), error = report_combine_error)
     combined <- list(error = foreach::getErrorValue(it), error_index = foreach::getErrorIndex(it))
   } else {
-    combined <- combine_in_bulk(results, bulk, obj$errorHandling)
+    combined <- combine_in_bulk(results$values, results$errors, bulk, obj$errorHandling)
   }
   if (identical(obj$errorHandling, "stop") && !is.null(combined$error)) {
     msg <- sprintf("task %d failed - \"%s\"", combined$error_index, conditionMessage(combined$error))
     stop(simpleError(msg, call = expr))
   }
-  if (is.null(bulk$args)) foreach::getResult(it) else combined$result
-}
-
-# ---- Worker side (these run in the workers' pageshare namespace) ----
-
-doshm_state <- new.env(parent = emptyenv())
-
-# Parent for the export environment: the global environment, or the namespace
-# of the package whose code runs the loop.
-doshm_parent <- function(pkgname) {
-  if (is.null(pkgname)) return(globalenv())
-  tryCatch(asNamespace(pkgname), error = function(e) globalenv())
-}
-
-doshm_setup <- function(exportenv, pkgname, packages, attach) {
-  parent.env(exportenv) <- doshm_parent(pkgname)
-  if (attach) {
-    while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE)
-    attach(exportenv, name = "exportEnv", warn.conflicts = FALSE)
-  }
-  for (p in packages) {
-    ok <- tryCatch({
-      suppressPackageStartupMessages(library(p, character.only = TRUE))
-      NULL
-    }, error = function(e) conditionMessage(e))
-    if (!is.null(ok)) return(ok)
-  }
-  NULL
-}
-
-doshm_worker_init <- function(expr, exportenv, pkgname, packages, attach) {
-  doshm_state$expr <- expr
-  doshm_state$env <- exportenv
-  doshm_state$attached <- attach
-  doshm_setup(exportenv, pkgname, packages, attach)
-}
-
-# Evaluate the loop body for each iteration of a chunk; an iteration that
-# fails gives its error condition as its result. One tryCatch() serves the
-# iterations up to the next error (instead of one per iteration, which would
-# cost more than a tiny body): after an error the loop resumes with the next
-# iteration, so each is evaluated exactly once.
-doshm_run_chunk <- function(chunk, expr, env) {
-  out <- vector("list", length(chunk))
-  k <- 0L
-  while (k < length(chunk)) {
-    k <- tryCatch({
-      while (k < length(chunk)) {
-        k <- k + 1L
-        args <- chunk[[k]]
-        for (nm in names(args)) assign(nm, args[[nm]], envir = env)
-        out[k] <- list(eval(expr, envir = env))
-      }
-      k
-    }, error = function(e) {
-      out[k] <<- list(e)
-      k
-    })
-  }
-  out
-}
-
-doshm_worker_eval_chunk <- function(chunk) {
-  doshm_run_chunk(chunk, doshm_state$expr, doshm_state$env)
-}
-
-# Drop the loop's state so that the worker holds no view after the loop.
-doshm_worker_done <- function() {
-  if (isTRUE(doshm_state$attached)) {
-    while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE)
-  }
-  rm(list = ls(doshm_state, all.names = TRUE), envir = doshm_state)
-  NULL
-}
-
-doshm_worker_chunk <- function(chunk, expr, exportenv, pkgname, packages, attach) {
-  on.exit(if (attach) while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE))
-  msg <- doshm_setup(exportenv, pkgname, packages, attach)
-  if (!is.null(msg)) return(structure(list(message = msg), class = "doshm_init_error"))
-  doshm_run_chunk(chunk, expr, exportenv)
+  if (is.null(bulk$columns)) foreach::getResult(it) else combined$result
 }

@@ -20,6 +20,13 @@
 # `has.init`, `init`, `final`, `max.combine`), which the foreach backend
 # reads to iterate and combine plain loops in bulk (R/doshm-bulk.R; a loop
 # whose object lacks one goes through foreach's own iterator and accumulator).
+#
+# Definitions relied on, each with a safe fallback: foreach's default combine
+# is `function(a, ...) c(a, list(...))` in its namespace with `.init` list()
+# (is_default_combine(); another definition is combined the general way), and
+# tryCatch() evaluates its expression in a frame called by doTryCatch()
+# (is_handler_call(); if that changes, an error raised at a loop body's top
+# level names that frame instead of `eval(expr, env)`).
 
 foreign_internals <- list(
   list(package = "future", name = "FutureRegistry",

@@ -177,7 +177,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
     on.exit(restore_shared(state), add = TRUE)
     warn_fallback(state)
   }
-  chunks <- if (k == 1L) list(seq_len(n)) else parallel::splitIndices(n, k)
+  chunks <- if (k == 1L) list(seq_len(n)) else split_range(n, k)
   # One message per worker: X and VARS (views travel as handles) and a chunk of
   # indices. X and VARS stay referenced here until every result is back.
   # The handle scope only when a view is actually sent (it costs a little).

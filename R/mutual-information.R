@@ -254,7 +254,7 @@ mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
     state <- share_state()
     X <- share_walk(X, state)   # the rule of every front door
     warn_fallback(state)
-    chunks <- parallel::splitIndices(p, n_workers)
+    chunks <- split_range(p, n_workers)
     res <- with_pool_health(
       with_handles_if(is_shared(X), parallel::clusterApply(cl, chunks, worker_stub("mi_worker"), X = X,
         nrow = nrow(X), codes = cls$codes, k = cls$k, method = method, eps = eps, na.rm = na.rm,

@@ -22,12 +22,16 @@ max_worker_count <- function() {
 # max_worker_count(), else a pageshare_bad_argument error naming `arg` and the
 # value (before anything is started or allocated).
 check_worker_count <- function(n, arg) {
-  ok <- is.numeric(n) && length(n) == 1L && !is.na(n) && is.finite(n) && n == round(n) && n >= 1
+  ok <- is_whole_count(n)
   limit <- as.integer(max_worker_count())
   if (!ok || n > limit) {
     pageshare_stop("worker_count", arg, limit, describe_value(n))
   }
   as.integer(n)
+}
+
+is_whole_count <- function(n) {
+  is.numeric(n) && length(n) == 1L && !is.na(n) && is.finite(n) && n == round(n) && n >= 1
 }
 
 describe_value <- function(x) {

@@ -42,8 +42,12 @@ stop_workers <- function() stop_pool(pool)
 # The pool, with at least `n` workers; returns its first `n` nodes.
 pool_workers <- function(n = NULL) {
   if (is.null(n)) n <- worker_count()
-  n <- check_worker_count(n, "cores")
   cl <- pool$cl
+  # (a running pool of at least n workers shows that n fits the connections)
+  if (!is.null(cl) && is_whole_count(n) && n <= length(cl)) {
+    return(if (length(cl) == n) cl else cl[seq_len(n)])
+  }
+  n <- check_worker_count(n, "cores")
   if (is.null(cl) || length(cl) < n) {
     stop_pool(pool)
     cl <- make_nodelay_cluster(n)
@@ -123,6 +127,20 @@ with_handles_if <- function(local, expr) {
   if (local) with_handles(expr) else expr
 }
 
+# 1..n in k runs of consecutive indices of nearly equal length, the same as
+# parallel::splitIndices(n, k) (which takes longer than a tiny foreach loop).
+split_range <- function(n, k) {
+  if (n == 0L) return(list())
+  if (k <= 1L || n == 1L) return(list(seq_len(n)))
+  fuzz <- min((n - 1) / 1000, 0.4 * n / k)
+  from <- 1 - fuzz
+  to <- n + fuzz
+  breaks <- c(from, from + seq_len(k - 1L) * ((to - from) / k), to)   # (as seq(from, to, length.out = k + 1))
+  ends <- pmin(floor(breaks[-1L]), n)
+  starts <- c(1, ends[-k] + 1)
+  lapply(seq_len(k), function(j) if (ends[j] >= starts[j]) seq.int(starts[j], ends[j]) else integer())
+}
+
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
 # A tiny uncompiled closure (environment: the global environment) that calls
@@ -132,15 +150,19 @@ with_handles_if <- function(local, expr) {
 # the byte-compiled function keeps small task messages small: a message larger
 # than R's 4 KiB connection buffer is written in pieces, and on R 4.2's sockets
 # (no TCP_NODELAY) the second piece waits ~40 ms for a delayed ACK.
-worker_stub <- function(name) {
+worker_stub <- function(name, keep_loop = FALSE) {
+  key <- paste(name, keep_loop)
+  if (!is.null(stubs[[key]])) return(stubs[[key]])
   internal <- function(f) as.call(list(as.name(":::"), "pageshare", f))
-  begin <- as.call(list(internal("task_begin")))
+  begin <- if (keep_loop) as.call(list(internal("task_begin"), TRUE)) else as.call(list(internal("task_begin")))
   end <- call("on.exit", as.call(list(internal("task_end"))))
   body <- as.call(list(as.name("{"), end, begin, as.call(list(internal(name), as.name("...")))))
   f <- eval(call("function", as.pairlist(alist(... = )), body), globalenv())
   attr(f, "srcref") <- NULL
+  stubs[[key]] <- f
   f
 }
+stubs <- new.env(parent = emptyenv())
 
 # An idle R process does not collect garbage, so a worker keeps the views of
 # its earlier tasks mapped; once their owner has released a segment, only those
@@ -160,8 +182,11 @@ collect_stale_views <- function() {
 # Inside a task (task_begin() .. task_end()) the task's own unserialize()
 # calls fail as usual.
 become_receiver <- function() invisible(.Call(ps_set_receiver_mode, TRUE))
-task_begin <- function() {
+task_begin <- function(keep_loop = FALSE) {
   .Call(ps_task_state, TRUE)
+  # (a foreach loop's state lives only until the worker's next other task,
+  # see doshm-tasks.R)
+  if (!keep_loop) doshm_forget()
   collect_stale_views()
 }
 task_end <- function() invisible(.Call(ps_task_state, FALSE))

@@ -34,7 +34,10 @@ failed <- FALSE
 summary_lines <- character()
 
 ## ---- foreach testthat suite ----
-run_foreach <- function() {
+# `doshm`: FALSE runs the suite as its authors do (doParallel on the setup
+# file's cluster), the baseline: expectations counted inside loops show
+# whether every loop gave all its results.
+run_foreach <- function(doshm = TRUE) {
   tdir <- file.path(foreach_src, "tests", "testthat")
   if (is.na(foreach_src) || !dir.exists(tdir)) {
     message("foreach suite skipped: no tests/testthat in foreach source dir ", foreach_src)
@@ -54,7 +57,7 @@ run_foreach <- function() {
   tcopy <- file.path(work, "testthat")
   # Sorts after setup_cluster.R (which makes `cl` and registers doParallel):
   # register pageshare's backend on the same cluster instead.
-  writeLines(c(
+  if (doshm) writeLines(c(
     sprintf("options(pageshare.threshold = %s)", format(threshold)),
     "pageshare::registerDoShm(cl)",
     "stopifnot(foreach::getDoParName() == 'doShm')",
@@ -72,10 +75,16 @@ run_foreach <- function() {
 
 fe <- run_foreach()
 if (!is.null(fe)) {
+  base <- run_foreach(doshm = FALSE)
   line <- sprintf("foreach testthat suite on registerDoShm (threshold %s): %s", format(threshold),
                   paste(names(fe), fe, sep = " ", collapse = ", "))
-  summary_lines <- c(summary_lines, line)
+  summary_lines <- c(summary_lines, line, sprintf("foreach testthat suite on doParallel: %s",
+                                                  paste(names(base), base, sep = " ", collapse = ", ")))
   if (fe[["failed"]] > 0 || fe[["errors"]] > 0) failed <- TRUE
+  if (!identical(fe[["expectations"]], base[["expectations"]])) {
+    summary_lines <- c(summary_lines, "  expectations differ from doParallel's: a loop gave other results")
+    failed <- TRUE
+  }
 }
 
 ## ---- doParallel RUnit options.R ----

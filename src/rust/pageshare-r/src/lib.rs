@@ -81,6 +81,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_binding / 2,
         ps_restore_binding / 5,
         ps_unlock_binding / 2,
+        ps_run_iterations / 3,
         ps_mutual_info / 10,
         ps_watch_master / 2,
         ps_process_start_time / 1,

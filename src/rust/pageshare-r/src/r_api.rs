@@ -23,6 +23,7 @@ extern "C" {
     pub fn ps_binding(env: SEXP, name: SEXP) -> SEXP;
     pub fn ps_restore_binding(env: SEXP, name: SEXP, kind: SEXP, value: SEXP, saved: SEXP) -> SEXP;
     pub fn ps_unlock_binding(env: SEXP, name: SEXP) -> SEXP;
+    pub fn ps_run_iterations(columns: SEXP, expr: SEXP, env: SEXP) -> SEXP;
 }
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;

@@ -1,0 +1,174 @@
+# How a foreach loop's iterations travel to the workers and run there.
+#
+# A task is a slice of the iteration columns (see iteration_columns() in
+# doshm-bulk.R) with the loop's id. The first task a worker receives in a loop
+# also carries the loop's setup (body, export environment, packages), which the
+# worker keeps for the loop's later tasks; any other task (of a later loop, a
+# future, memApply()) makes it forget them. A loop thus costs one round of
+# messages, like parLapply(), instead of set-up and clean-up rounds around it.
+
+loop_counter <- new.env(parent = emptyenv())
+loop_counter$n <- 0
+loop_counter$session <- NULL
+
+# A counter, with this session's pid and start time (a pool's worker could
+# outlive a reloaded pageshare, whose counter starts again).
+new_loop_id <- function() {
+  if (is.null(loop_counter$session)) loop_counter$session <- c(Sys.getpid(), as.numeric(Sys.time()))
+  loop_counter$n <- loop_counter$n + 1
+  c(loop_counter$session, loop_counter$n)
+}
+
+# Whether the loop body contains a loop of its own: only then is compiling it
+# worth its cost (the workers' JIT would otherwise compile such a loop anew in
+# every iteration; the rest of a body runs as fast uncompiled).
+has_loop <- function(expr) any(c("for", "while", "repeat") %in% all.names(expr))
+
+# Functions that, called at a body's top level, see the context eval() makes
+# for it (return() ends it, sys.call() and parent.frame() describe it). A body
+# that names none of them is evaluated without that context (ps_eval_body, in
+# src/eval_body.c), which is what makes a tiny iteration cheap; the others go
+# through eval() as foreach's own backends do.
+context_functions <- c("return", "on.exit", "sys.call", "sys.calls", "sys.function", "sys.frame",
+                       "sys.frames", "sys.nframe", "sys.parent", "sys.parents", "sys.on.exit",
+                       "sys.status", "parent.frame", "eval.parent", "match.call", "match.arg",
+                       "nargs", "missing", "Recall", "browser", "break", "next")
+
+evaluates_directly <- function(expr) !any(context_functions %in% all.names(expr))
+
+# Run `chunks` (consecutive iteration indices, in order) of `columns` on `cl`:
+# list(values = the results of all iterations in order, errors = the indices of
+# those that are errors, as foreach's accumulator tells them apart). Balanced: tasks go to workers as they
+# become free, and parallel's clusterApplyLB() sends the first task of each
+# worker first, so the setup travels in those; a worker that gets a later task
+# without having the setup (if that order ever changed) says so and the task
+# is sent again with it. Not balanced: one task per worker, each with the
+# setup (doParallel's preschedule).
+run_loop_tasks <- function(cl, columns, chunks, setup, balance = TRUE) {
+  if (!length(chunks)) return(list())
+  loop <- new_loop_id()
+  make_task <- function(i, with_setup) {
+    list(loop = loop, setup = if (with_setup) setup, columns = slice_columns(columns, chunks[[i]]))
+  }
+  stub <- worker_stub("doshm_worker_task", keep_loop = TRUE)
+  p <- min(length(cl), length(chunks))
+  tasks <- lapply(seq_along(chunks), function(i) make_task(i, i <= p))
+  res <- if (balance) parallel::clusterApplyLB(cl, tasks, stub)
+         else parallel::clusterApply(cl[seq_len(p)], tasks, stub)
+  again <- which(vapply(res, inherits, NA, "doshm_needs_setup"))
+  if (length(again)) {
+    res[again] <- parallel::clusterApplyLB(cl, lapply(again, make_task, with_setup = TRUE), stub)
+  }
+  failed <- Filter(function(r) inherits(r, "doshm_init_error"), res)
+  if (length(failed)) pageshare_stop("worker_init", failed[[1L]]$message)
+  errors <- unlist(lapply(seq_along(res), function(i) chunks[[i]][attr(res[[i]], "errors")]))
+  list(values = do.call(c, res), errors = as.integer(errors))   # (c() drops the attribute)
+}
+
+# ---- Worker side (these run in the workers' pageshare namespace) ----
+
+doshm_state <- new.env(parent = emptyenv())
+
+# Parent for the export environment: the global environment, or the namespace
+# of the package whose code runs the loop.
+doshm_parent <- function(pkgname) {
+  if (is.null(pkgname)) return(globalenv())
+  tryCatch(asNamespace(pkgname), error = function(e) globalenv())
+}
+
+doshm_setup <- function(exportenv, pkgname, packages, attach) {
+  parent.env(exportenv) <- doshm_parent(pkgname)
+  if (attach) attach(exportenv, name = "exportEnv", warn.conflicts = FALSE)
+  for (p in packages) {
+    ok <- tryCatch({
+      suppressPackageStartupMessages(library(p, character.only = TRUE))
+      NULL
+    }, error = function(e) conditionMessage(e))
+    if (!is.null(ok)) return(ok)
+  }
+  NULL
+}
+
+# Drop the state of the last loop (and its attached export environment), so
+# that the worker holds no view of it and later tasks do not see it.
+doshm_forget <- function() {
+  if (isTRUE(doshm_state$attached)) {
+    while ("exportEnv" %in% search()) detach("exportEnv", character.only = TRUE)
+  }
+  rm(list = ls(doshm_state, all.names = TRUE), envir = doshm_state)
+  invisible()
+}
+
+doshm_worker_task <- function(task) {
+  if (!is.null(task$setup)) {
+    doshm_forget()
+    collect_stale_views()   # (the views the forgotten loop held)
+    s <- task$setup
+    msg <- doshm_setup(s$exportenv, s$pkgname, s$packages, s$attach)
+    if (!is.null(msg)) return(structure(list(message = msg), class = "doshm_init_error"))
+    doshm_state$loop <- task$loop
+    doshm_state$expr <- s$expr
+    doshm_state$env <- s$exportenv
+    doshm_state$attached <- s$attach
+    doshm_state$direct <- isTRUE(s$direct)
+  } else if (!identical(doshm_state$loop, task$loop)) {
+    return(structure(list(), class = "doshm_needs_setup"))
+  }
+  doshm_run_chunk(task$columns, doshm_state$expr, doshm_state$env, doshm_state$direct)
+}
+
+# Evaluate the loop body for each iteration of a chunk; an iteration that
+# fails gives its error condition as its result and the others go on, so each
+# is evaluated exactly once. The indices of the results that are errors
+# (raised, or returned by the body) are attribute "errors". `direct` (see
+# evaluates_directly()): the iterations run in C (src/run_iterations.c);
+# else in R with eval(), one tryCatch() serving the iterations up to the next
+# error (one per iteration would cost more than a tiny body).
+doshm_run_chunk <- function(columns, expr, env, direct = FALSE) {
+  if (direct && length(columns)) {
+    run <- .Call(ps_run_iterations, columns, expr, env)
+    out <- run[[1L]]
+    errors <- which(run[[2L]] > 0L)
+    # An error raised at the body's top level names the call eval() would
+    # have, whichever way the body was evaluated.
+    for (k in which(run[[2L]] == 2L)) {
+      if (is_handler_call(conditionCall(out[[k]]))) {
+        out[[k]]$call <- quote(eval(expr, env))
+      }
+    }
+    attr(out, "errors") <- errors
+    return(out)
+  }
+  n <- iteration_count(columns)
+  nms <- names(columns)
+  vars <- seq_along(columns)
+  out <- vector("list", n)
+  errors <- integer()
+  k <- 0L
+  while (k < n) {
+    k <- tryCatch({
+      while (k < n) {
+        k <- k + 1L
+        for (j in vars) env[[nms[[j]]]] <- columns[[j]][[k]]
+        value <- eval(expr, env)
+        if (!is.null(value)) {
+          out[[k]] <- value   # (out holds NULL already)
+          if (is.object(value) && inherits(value, "error")) errors[[length(errors) + 1L]] <- k
+        }
+      }
+      k
+    }, error = function(e) {
+      out[k] <<- list(e)
+      errors[[length(errors) + 1L]] <<- k
+      k
+    })
+  }
+  attr(out, "errors") <- errors
+  out
+}
+
+# The call of the frame in which tryCatch() evaluates its expression (what an
+# error raised directly in C-evaluated code names).
+is_handler_call <- function(call) {
+  is.call(call) && identical(call[[1L]], as.name("doTryCatch"))
+}
