@@ -19,8 +19,10 @@
 #' full), it is sent by plain serialization with one warning.
 #'
 #' Iterations are grouped into tasks of consecutive iterations, by default
-#' two tasks per worker handed out as workers become free, so that many tiny
-#' iterations do not each pay a round trip (as doFuture does). A loop costs
+#' one task per worker (as doFuture and `parLapply()` do), so that many tiny
+#' iterations do not each pay a round trip. Iterations of uneven cost balance
+#' better with more, smaller tasks handed out as workers become free:
+#' `.options.shm = list(scheduling = 4)` makes four per worker. A loop costs
 #' one round of messages: the body and the exported variables travel with a
 #' worker's first task and stay there for the loop's later tasks. Each
 #' iteration binds its variables in the loop's environment and evaluates the
@@ -136,10 +138,10 @@ doshm_options <- function(obj) {
   out
 }
 
-# Tasks per worker when neither chunk.size nor scheduling is given: a few, so
-# that tiny iterations do not each pay a round trip and uneven ones still
-# balance (doFuture's default is one).
-default_scheduling <- 2
+# Tasks per worker when neither chunk.size nor scheduling is given: one, as
+# doFuture's default, so that a loop of tiny iterations costs one round of
+# messages (a second round costs about as much as the first).
+default_scheduling <- 1
 
 # The iterations 1..n grouped into tasks of consecutive iterations.
 iteration_chunks <- function(n, workers, opt) {

@@ -146,9 +146,11 @@ test_that(".errorhandling stop, remove and pass", {
 test_that("iterations are grouped into a few tasks per worker; .options.shm changes that", {
   use_pool()
   expect_equal(pageshare:::iteration_chunks(2000L, 2L, pageshare:::doshm_options(list())),
-               parallel::splitIndices(2000L, 4L))
+               parallel::splitIndices(2000L, 2L))
   expect_output(r <- foreach(i = 1:100, .combine = c, .verbose = TRUE) %dopar% sqrt(i),
-                "100 iteration\\(s\\) in 4 task\\(s\\)")
+                "100 iteration\\(s\\) in 2 task\\(s\\)")
+  expect_output(foreach(i = 1:100, .verbose = TRUE, .options.shm = list(scheduling = 4)) %dopar% i,
+                "100 iteration\\(s\\) in 8 task\\(s\\)")
   expect_identical(r, sqrt(1:100))
   expect_output(foreach(i = 1:10, .verbose = TRUE, .options.shm = list(chunk.size = 1)) %dopar% i,
                 "10 iteration\\(s\\) in 10 task\\(s\\)")
