@@ -46,7 +46,7 @@ static SEXP run_from(void *data) {
     }
     SEXP result = Rf_eval(c->expr, c->env);
     SET_VECTOR_ELT(c->out, c->k, result);
-    if (OBJECT(result) && Rf_inherits(result, "error")) INTEGER(c->errors)[c->k] = 1;
+    if (Rf_isObject(result) && Rf_inherits(result, "error")) INTEGER(c->errors)[c->k] = 1;
   }
   return R_NilValue;
 }
