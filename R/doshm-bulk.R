@@ -12,7 +12,7 @@
 # through foreach's iterator and accumulator as before. Either way every
 # argument is evaluated once.
 
-# The iteration values of `obj` as columns (see iteration_columns()) and what
+# The iteration values of `obj` as columns (see rows_to_columns()) and what
 # the combining needs, or, when the loop is not plain, list(obj = obj) with its
 # arguments already evaluated (quoted), so that foreach's iterator does not
 # evaluate them again.
@@ -68,9 +68,10 @@ is_plain_sequence <- function(v) {
 }
 
 # foreach's result from the results of every iteration, in order (`failed`:
-# the indices of those that are errors), as its accumulator would combine them (see callCombine() in foreach), with the
-# first error a "stop" or "remove" loop records. A failing combine function is
-# reported as foreach's backends do, and the results combined so far kept.
+# the indices of those that are errors), as its accumulator would combine them
+# (see callCombine() in foreach), with the first error a "stop" or "remove"
+# loop records. A failing combine function is reported as foreach's backends
+# do, and the results combined so far kept.
 combine_in_bulk <- function(results, failed, bulk, error_handling) {
   info <- bulk$info
   n <- length(results)

@@ -1,6 +1,6 @@
 # How a foreach loop's iterations travel to the workers and run there.
 #
-# A task is a slice of the iteration columns (see iteration_columns() in
+# A task is a slice of the iteration columns (see rows_to_columns() in
 # doshm-bulk.R) with the loop's id. The first task a worker receives in a loop
 # also carries the loop's setup (body, export environment, packages), which the
 # worker keeps for the loop's later tasks; any other task (of a later loop, a
@@ -26,8 +26,8 @@ has_loop <- function(expr) any(c("for", "while", "repeat") %in% all.names(expr))
 
 # Functions that, called at a body's top level, see the context eval() makes
 # for it (return() ends it, sys.call() and parent.frame() describe it). A body
-# that names none of them is evaluated without that context (ps_eval_body, in
-# src/eval_body.c), which is what makes a tiny iteration cheap; the others go
+# that names none of them is evaluated without that context (ps_run_iterations,
+# in src/run_iterations.c), which is what makes a tiny iteration cheap; the others go
 # through eval() as foreach's own backends do.
 context_functions <- c("return", "on.exit", "sys.call", "sys.calls", "sys.function", "sys.frame",
                        "sys.frames", "sys.nframe", "sys.parent", "sys.parents", "sys.on.exit",
@@ -38,14 +38,15 @@ evaluates_directly <- function(expr) !any(context_functions %in% all.names(expr)
 
 # Run `chunks` (consecutive iteration indices, in order) of `columns` on `cl`:
 # list(values = the results of all iterations in order, errors = the indices of
-# those that are errors, as foreach's accumulator tells them apart). Balanced: tasks go to workers as they
-# become free, and parallel's clusterApplyLB() sends the first task of each
-# worker first, so the setup travels in those; a worker that gets a later task
+# those that are errors, as foreach's accumulator tells them apart).
+# Balanced: tasks go to workers as they become free, and parallel's
+# clusterApplyLB() sends the first task of each worker first, so the setup
+# travels in those; a worker that gets a later task
 # without having the setup (if that order ever changed) says so and the task
 # is sent again with it. Not balanced: one task per worker, each with the
 # setup (doParallel's preschedule).
 run_loop_tasks <- function(cl, columns, chunks, setup, balance = TRUE) {
-  if (!length(chunks)) return(list())
+  if (!length(chunks)) return(list(values = list(), errors = integer()))
   loop <- new_loop_id()
   make_task <- function(i, with_setup) {
     list(loop = loop, setup = if (with_setup) setup, columns = slice_columns(columns, chunks[[i]]))

@@ -40,3 +40,12 @@ pageshare_options <- function() {
   o <- options()
   o[grepl("^pageshare\\.", names(o))]
 }
+
+# A foreach loop gives under the registered backend exactly what foreach's own
+# `%do%` gives. `loop` is a function of the operator, so that both run the same
+# code.
+same_as_do <- function(loop) {
+  expected <- loop(foreach::`%do%`)
+  got <- loop(foreach::`%dopar%`)
+  testthat::expect_identical(got, expected)
+}

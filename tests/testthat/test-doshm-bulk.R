@@ -5,13 +5,6 @@
 skip_if_not_installed("foreach")
 library(foreach)
 
-same_as_do <- function(loop) {
-  # `loop` is a function of the operator, so that both run the same code.
-  expected <- loop(foreach::`%do%`)
-  got <- loop(foreach::`%dopar%`)
-  expect_identical(got, expected)
-}
-
 test_that("plain loops combine exactly as foreach does", {
   registerDoShm(cores = 2)
   on.exit(foreach::registerDoSEQ(), add = TRUE)

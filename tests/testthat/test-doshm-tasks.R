@@ -5,12 +5,6 @@
 skip_if_not_installed("foreach")
 library(foreach)
 
-same_as_do <- function(loop) {
-  expected <- loop(foreach::`%do%`)
-  got <- loop(foreach::`%dopar%`)
-  expect_identical(got, expected)
-}
-
 test_that("tasks are split as parallel::splitIndices() splits", {
   cases <- expand.grid(n = 1:150, k = 1:25)
   differ <- Filter(function(i) !identical(pageshare:::split_range(cases$n[i], cases$k[i]),
