@@ -7,9 +7,9 @@
 # The worker options a plan was set up with, by cluster name (future < 1.40).
 plan_worker_options <- new.env(parent = emptyenv())
 
-remember_worker_options <- function(cl, rscript_libs) {
+remember_worker_options <- function(cl, rscript_libs, rscript_args) {
   name <- attr(cl, "name", exact = TRUE)
-  if (!is.null(name)) plan_worker_options[[name]] <- list(rscript_libs = rscript_libs)
+  if (!is.null(name)) plan_worker_options[[name]] <- list(rscript_libs = rscript_libs, rscript_args = rscript_args)
   invisible()
 }
 
@@ -26,7 +26,8 @@ replace_dead_worker <- function(future) {
   name <- attr(cl, "name", exact = TRUE)
   opts <- if (is.character(name) && length(name) == 1L && nzchar(name)) plan_worker_options[[name]]
   libs <- if (is.null(opts)) .libPaths() else opts$rscript_libs
-  new <- tryCatch(nodelay_sockets(parallelly::makeClusterPSOCK(1L, rscript_libs = libs)),
+  args <- if (is.null(opts)) worker_heap_args() else opts$rscript_args
+  new <- tryCatch(nodelay_sockets(parallelly::makeClusterPSOCK(1L, rscript_libs = libs, rscript_args = args)),
                   error = function(e) NULL)
   if (is.null(new)) return(invisible(FALSE))
   tryCatch(close(cl[[i]]$con), error = function(e) NULL)

@@ -80,6 +80,9 @@
 #' @param lazy If `TRUE`, the future is not launched until its value is needed.
 #' @param rscript_libs Library paths of the workers; pageshare must be
 #'   installed in one of them.
+#' @param rscript_args Further command-line arguments of the workers' `Rscript`,
+#'   as for [parallelly::makeClusterPSOCK()]. pageshare puts
+#'   `--min-vsize` (option `pageshare.worker_vsize`) before them.
 #' @param envir The environment from which globals are taken.
 #' @return A future (when called by the future framework); use it through
 #'   `future::plan(shm_multisession)`.
@@ -98,7 +101,8 @@
 shm_multisession <- function(...,
                              workers = max(1L, min(parallelly::availableCores(),
                                                    parallelly::freeConnections() - 16L)),
-                             lazy = FALSE, rscript_libs = .libPaths(), envir = parent.frame()) {
+                             lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
+                             envir = parent.frame()) {
   workers <- check_future_workers(workers)
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
@@ -106,10 +110,12 @@ shm_multisession <- function(...,
   # future < 1.40 sets a plan up by launching a test future with this label
   lift_globals_limit(fresh = identical(list(...)[["label"]], "future-plan-test"))
   # The workers start here (when the plan is set up): see nodelay_sockets().
+  rscript_args <- worker_heap_args(rscript_args)
   f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
-                                                  rscript_libs = rscript_libs, envir = envir))
+                                                  rscript_libs = rscript_libs, rscript_args = rscript_args,
+                                                  envir = envir))
   class(f) <- c("ShmMultisessionFuture", class(f))
-  remember_worker_options(f$workers, rscript_libs)
+  remember_worker_options(f$workers, rscript_libs, rscript_args)
   if (!lazy) f <- future::run(f)
   invisible(f)
 }
@@ -135,14 +141,15 @@ attr(shm_multisession, "cleanup") <- function() {
 # future 1.31 never reads this attribute.
 attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::availableCores(),
                                                                     parallelly::freeConnections() - 16L)),
-                                              rscript_libs = .libPaths(), ...,
+                                              rscript_libs = .libPaths(), rscript_args = NULL, ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
   lift_globals_limit(fresh = TRUE)
   core <- nodelay_sockets(
-    future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs, ...))
+    future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs,
+                                               rscript_args = worker_heap_args(rscript_args), ...))
   if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
   core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
   class(core) <- c("ShmMultisessionFutureBackend", class(core))

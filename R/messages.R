@@ -14,6 +14,7 @@ pageshare_messages <- list(
   dir_option = "option `pageshare.dir` must be an existing directory, not '%s'",
   budget_option = "option `pageshare.max_shared_bytes` must be a single non-negative number of bytes (Inf for no limit)",
   threshold_option = "option `pageshare.threshold` must be a single non-negative number of bytes",
+  worker_vsize_option = "option `pageshare.worker_vsize` must be a single number of bytes of at least 1 MiB (1048576), or NA for R's default",
   worker_count = "`%s` must be a whole number of worker processes from 1 to %d (the connections this R session has free), not %s",
   not_cluster = "`cl` must be a cluster made by parallel::makePSOCKcluster() (or a number of workers), not %s",
   worker_load = "pageshare could not be loaded on worker %s: %s. Install pageshare in a library the workers see (.libPaths() of the master is tried)",

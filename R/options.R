@@ -51,11 +51,21 @@
 #'    instead of twice. Applies to vectors of at least 1 MiB that glibc's
 #'    malloc() placed in a memory region of their own (the usual case for large
 #'    vectors); others keep their memory. Set to `FALSE` to always keep it.}
+#'  \item{`pageshare.worker_vsize`}{(numeric bytes; env
+#'    `PAGESHARE_WORKER_VSIZE`; default `16777216`, 16 MiB) The size of vector
+#'    heap at which the workers that pageshare starts ([shm_multisession()]'s
+#'    and the pool's) first collect garbage: R's `--min-vsize`, 64 MB by
+#'    default. Workers read shared data through views, so their heap holds
+#'    mostly garbage (the columns a loop copies out, say), and with R's default
+#'    each worker keeps up to ~50 MB more memory than it needs. R raises the
+#'    limit by itself when a worker's live data grow. Read when workers start;
+#'    `NA` keeps R's default, as do `R_VSIZE` set in the environment and a
+#'    `--min-vsize` in `rscript_args`.}
 #' }
 #' @name pageshare_options
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
 #'   pageshare.max_shared_bytes
-#'   pageshare.share_results pageshare.release_source
+#'   pageshare.share_results pageshare.release_source pageshare.worker_vsize
 #' @examples
 #' getOption("pageshare.dir")
 #' old <- options(pageshare.threshold = 64 * 1024)
@@ -70,6 +80,7 @@ option_defaults <- list(
   pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
+  pageshare.worker_vsize = list(env = "PAGESHARE_WORKER_VSIZE", default = 16 * 2^20, parse = as.numeric),
   # Unset by default and counted when a pool starts (worker_count()): loading
   # parallelly in every process that loads pageshare, workers included, costs
   # each ~10 MB.
@@ -115,6 +126,23 @@ sync_shared_budget <- function() {
   b <- getOption("pageshare.max_shared_bytes", Inf)
   if (!is.numeric(b) || length(b) != 1L || is.na(b) || b < 0) pageshare_stop("budget_option")
   .Call(ps_set_budget, as.double(b))
+}
+
+# The Rscript arguments that set the vector heap of a worker pageshare starts
+# (option pageshare.worker_vsize), put before `rscript_args` (the user's,
+# which win: R reads its command line left to right). None when the user
+# chose otherwise: R_VSIZE in the environment, or --min-vsize of their own.
+worker_heap_args <- function(rscript_args = NULL) {
+  v <- getOption("pageshare.worker_vsize", 16 * 2^20)
+  off <- length(v) == 1L && is.atomic(v) && is.na(v)
+  if (!off && !(is.numeric(v) && length(v) == 1L && is.finite(v) && v >= 2^20)) {
+    pageshare_stop("worker_vsize_option")
+  }
+  if (off || nzchar(Sys.getenv("R_VSIZE")) ||
+      any(grepl("^--min-vsize", as.character(rscript_args)))) {
+    return(rscript_args)
+  }
+  c(sprintf("--min-vsize=%.0f", ceiling(v)), rscript_args)
 }
 
 worker_count <- function() {

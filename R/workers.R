@@ -72,10 +72,11 @@ nodelay_sockets <- function(expr) {
   expr
 }
 
-# A PSOCK cluster whose sockets have TCP_NODELAY on both ends.
+# A PSOCK cluster whose sockets have TCP_NODELAY on both ends, its workers
+# started with pageshare's heap setting (worker_heap_args()).
 make_nodelay_cluster <- function(n) {
   nodelay_sockets(parallel::makePSOCKcluster(
-    n, rscript_args = c("-e", shQuote("options(socketOptions = 'no-delay')"))))
+    n, rscript_args = worker_heap_args(c("-e", shQuote("options(socketOptions = 'no-delay')")))))
 }
 
 # Process ids of the pool's workers (integer(0) when no pool is running).
