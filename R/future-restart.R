@@ -23,7 +23,9 @@ replace_dead_worker <- function(future) {
   }
   pid <- cl[[i]]$session_info$process$pid
   if (!is.numeric(pid) || !dead_within(pid, 0.5)) return(invisible(FALSE))
-  name <- attr(cl, "name", exact = TRUE)
+  # The plan's options are kept under the name of the future's cluster: the
+  # registry's copy carries no name.
+  name <- attr(future[["workers"]], "name", exact = TRUE)
   opts <- if (is.character(name) && length(name) == 1L && nzchar(name)) plan_worker_options[[name]]
   libs <- if (is.null(opts)) .libPaths() else opts$rscript_libs
   args <- if (is.null(opts)) worker_heap_args() else opts$rscript_args

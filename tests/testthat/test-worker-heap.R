@@ -4,7 +4,7 @@
 
 test_that("worker_heap_args() puts --min-vsize first, and the user's choice wins", {
   args <- pageshare:::worker_heap_args
-  withr_env <- function(value, code) {
+  with_r_vsize <- function(value, code) {
     old <- Sys.getenv("R_VSIZE", unset = NA)
     on.exit(if (is.na(old)) Sys.unsetenv("R_VSIZE") else Sys.setenv(R_VSIZE = old))
     if (is.na(value)) Sys.unsetenv("R_VSIZE") else Sys.setenv(R_VSIZE = value)
@@ -12,7 +12,7 @@ test_that("worker_heap_args() puts --min-vsize first, and the user's choice wins
   }
   old <- options(pageshare.worker_vsize = NULL)
   on.exit(options(old))
-  withr_env(NA, {
+  with_r_vsize(NA, {
     expect_identical(args(), "--min-vsize=16777216")
     expect_identical(args(c("-e", "1")), c("--min-vsize=16777216", "-e", "1"))
     expect_identical(args(c("--min-vsize=32M", "-e", "1")), c("--min-vsize=32M", "-e", "1"))
@@ -25,7 +25,7 @@ test_that("worker_heap_args() puts --min-vsize first, and the user's choice wins
     }
   })
   options(pageshare.worker_vsize = NULL)
-  withr_env("32M", expect_identical(args("-e"), "-e"))
+  with_r_vsize("32M", expect_identical(args("-e"), "-e"))
   for (bad in list("16M", 1000, -1, Inf, c(2^24, 2^25), TRUE)) {
     options(pageshare.worker_vsize = bad)
     e <- tryCatch(args(), error = function(e) e)
@@ -62,4 +62,18 @@ test_that("shm_multisession's workers start with it too, with the user's rscript
   expect_equal(got$trigger, 32)
   expect_true("--no-init-file" %in% got$args)
   expect_false("--min-vsize=16777216" %in% got$args)
+})
+
+test_that("a worker that replaces a dead one (future < 1.40) starts with the plan's arguments", {
+  skip_if_not_installed("future")
+  skip_if(utils::packageVersion("future") >= "1.40.0", "future >= 1.40 replaces dead workers itself")
+  on.exit(future::plan(future::sequential), add = TRUE)
+  future::plan(shm_multisession, workers = 2, rscript_args = "--no-init-file")
+  expect_error(future::value(future::future(tools::pskill(Sys.getpid(), tools::SIGKILL))),
+               class = "FutureError")
+  args <- lapply(1:2, function(i) future::value(future::future(commandArgs())))
+  for (a in args) {
+    expect_true("--no-init-file" %in% a)
+    expect_true("--min-vsize=16777216" %in% a)
+  }
 })
