@@ -91,7 +91,13 @@ retrieveViews <- function(namespace, variableNames) {
   dir <- segment_dir()
   out <- lapply(variableNames, function(var) {
     key <- view_key(namespace, var)
-    if (!is.null(views_held[[key]])) return(views_held[[key]])
+    held <- views_held[[key]]
+    # A name can be released and registered again with other data: the view
+    # kept for it is used only while the index still publishes its segment.
+    if (!is.null(held)) {
+      if (isTRUE(.Call(ps_is_current, held, namespace, var, dir))) return(held)
+      rm(list = key, envir = views_held)
+    }
     got <- tryCatch(.Call(ps_retrieve, namespace, var, dir), pageshare_not_registered = function(e) {
       pageshare_stop("unknown_variable", sprintf("variable '%s' is", var), namespace,
                      or_none(.Call(ps_namespace_variables, namespace, dir)))

@@ -89,3 +89,34 @@ test_that("a view of a released variable never reads a re-registered one (regres
   expect_identical(w[1:2], c(-7, -7))
   releaseViews(ns, "x")
 })
+
+test_that("a name released and registered again gives its new data to holders of the old view (regression)", {
+  ns <- paste0("t_rereg_held_", Sys.getpid())
+  registerVariables(ns, list(A = 1:10 + 0))
+  old <- retrieveViews(ns, "A")$A                     # kept by name in this process
+  releaseVariables(ns, "A")
+  registerVariables(ns, list(A = 101:110 + 0))
+  expect_identical(retrieveViews(ns, "A")$A[], 101:110 + 0)
+  expect_identical(old[], 1:10 + 0)                    # the old view itself keeps its data
+  releaseVariables(ns, "A")
+  expect_error(retrieveViews(ns, "A"), class = "pageshare_not_registered")
+  expect_length(viewList()[grepl(ns, unlist(viewList()), fixed = TRUE)], 0L)
+})
+
+test_that("a worker that retrieved a name sees it registered again (regression)", {
+  skip_if_not_installed("future")
+  ns <- paste0("t_rereg_worker_", Sys.getpid())
+  old_plan <- future::plan(shm_multisession, workers = I(1))
+  on.exit(future::plan(old_plan), add = TRUE)
+  get_a <- function(ns) {
+    a <- pageshare::retrieveViews(ns, "A")$A
+    a[]
+  }
+  registerVariables(ns, list(A = 1:10 + 0))
+  expect_identical(future::value(future::future(get_a(ns))), 1:10 + 0)
+  releaseVariables(ns, "A")
+  registerVariables(ns, list(A = 101:110 + 0))
+  expect_identical(future::value(future::future(get_a(ns))), 101:110 + 0)
+  releaseVariables(ns, "A")
+  expect_error(future::value(future::future(get_a(ns))), class = "pageshare_not_registered")
+})

@@ -56,6 +56,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_list_segments / 1,
         ps_register / 7,
         ps_retrieve / 3,
+        ps_is_current / 4,
         ps_set_attributes / 2,
         ps_release / 2,
         ps_held / 0,

@@ -541,6 +541,27 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
     })
 }
 
+/// Is `view` (retrieved earlier) a view of the segment the index publishes
+/// under the name now? TRUE, FALSE (the name was released and registered
+/// again: another segment), or NA (no live registration of the name). A view
+/// cached by name is used only while this holds: its segment stays readable
+/// after a release, so only the index can tell that the name moved on.
+#[no_mangle]
+pub extern "C" fn ps_is_current(view: SEXP, ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let ns = string_arg(ns, "namespace")?;
+        let var = string_arg(var, "variable name")?;
+        let dir = dir_arg(dir)?;
+        let name = naming::named(&ns, &var).map_err(msg)?;
+        let Some(seg) = segment_of(view) else { return Ok(Rf_ScalarLogical(0)) };
+        Ok(match index::lookup(&dir, &name) {
+            Ok(loc) => Rf_ScalarLogical((loc.token == seg.token()) as i32),
+            Err(pageshare_core::Error::Missing { .. }) => Rf_ScalarLogical(R_NaInt),
+            Err(e) => return Err(RError::from(e)),
+        })
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
     guard(|| unsafe {
