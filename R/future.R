@@ -254,7 +254,9 @@ worker_scope_open <- new.env(parent = emptyenv())
 worker_result <- function(res, threshold) {
   value <- res$value
   shared <- NULL
-  if (!is.null(value) && (is_shareable_vector(value) || typeof(value) == "list")) {
+  # (a worker whose descriptors its master cannot open sends its value plainly)
+  if (!is.null(value) && (is_shareable_vector(value) || typeof(value) == "list") &&
+      isTRUE(.Call(ps_shares_openable))) {
     state <- share_state()
     state$threshold <- threshold
     state$frames <- FALSE
@@ -309,12 +311,14 @@ wrap_expr <- function(expr) {
 # not open when the future arrived fails the future with its classed error
 # (the worker lives on), and the future's own unserialize() calls fail as
 # usual (see task_begin() in workers.R). The worker becomes a receiver here
-# too, for workers future started or restarted by itself.
+# too, for workers future started or restarted by itself. The frame ends
+# whatever fails, task_begin() included: a worker left "in a task" would let
+# the next unopenable handle end it inside future's unserialize().
 task_expr <- function(expr) {
-  bquote({
+  bquote(tryCatch({
     pageshare:::future_task_begin()
-    tryCatch(.(expr), finally = pageshare:::task_end())
-  })
+    .(expr)
+  }, finally = pageshare:::task_end()))
 }
 
 future_task_begin <- function() {

@@ -1,5 +1,10 @@
 # Helpers shared by the tests.
 
+# Tests that need root (a second user, dropped capabilities, namespaces) skip
+# visibly otherwise.
+my_uid <- as.integer(system2("id", "-u", stdout = TRUE))
+am_root <- identical(my_uid, 0L)
+
 # Segments this R process made and still holds (anonymous names carry the
 # maker's pid).
 own_segments <- function() {

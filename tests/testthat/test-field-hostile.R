@@ -19,8 +19,6 @@
 
 skip_on_os(c("windows", "mac", "solaris"))
 
-my_uid <- as.integer(system2("id", "-u", stdout = TRUE))
-am_root <- identical(my_uid, 0L)
 
 sentinel <- c(-7071067.8118, 2.718281828e-9, 31415926.5358)
 

@@ -222,6 +222,15 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Can other processes of this user open this process's descriptors through
+/// /proc/<pid>/fd? Not when the process is not dumpable (prctl, a change of
+/// credentials): then only a process with CAP_SYS_PTRACE can, so what this
+/// process shares would reach an ordinary receiver as an unopenable handle.
+pub fn descriptors_openable_by_others() -> bool {
+    // SAFETY: PR_GET_DUMPABLE takes no pointer and only reads this process's state.
+    unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
+}
+
 /// Memory a new segment can take without pushing the machine or this
 /// process's cgroup into the OOM killer: the smaller of the kernel's
 /// MemAvailable and, for each memory-limited cgroup above this process, its

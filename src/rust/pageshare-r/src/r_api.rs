@@ -705,6 +705,13 @@ pub extern "C" fn ps_take_receive_failures() -> SEXP {
     })
 }
 
+/// Can receivers open what this process shares (see
+/// `os::descriptors_openable_by_others`)?
+#[no_mangle]
+pub extern "C" fn ps_shares_openable() -> SEXP {
+    guard(|| unsafe { Ok(Rf_ScalarLogical(pageshare_core::os::descriptors_openable_by_others() as i32)) })
+}
+
 /// Bytes of the segments this process holds.
 #[no_mangle]
 pub extern "C" fn ps_held_bytes() -> SEXP {

@@ -1,0 +1,84 @@
+# Handles a receiver cannot open: a process that is not dumpable (prctl, or a
+# change of credentials) keeps its descriptors from every process without
+# CAP_SYS_PTRACE, so its segments cannot be opened through /proc/<pid>/fd.
+# Each scenario runs in a fresh R session without capabilities (as root, under
+# setpriv; an ordinary user has none anyway) whose processes turn themselves
+# non-dumpable through a small compiled routine.
+
+# Compiles the routine that makes the calling process non-dumpable; returns the
+# path of the shared library (skips visibly where nothing can be compiled).
+nondumpable_library <- function() {
+  dir <- tempfile("nondumpable-")
+  dir.create(dir)
+  src <- file.path(dir, "nondumpable.c")
+  writeLines(c("#include <sys/prctl.h>",
+               "void pageshare_test_nondumpable(int *ok) { *ok = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }"),
+             src)
+  out <- suppressWarnings(system2(file.path(R.home("bin"), "R"), c("CMD", "SHLIB", shQuote(src)),
+                                  stdout = TRUE, stderr = TRUE))
+  so <- sub("\\.c$", .Platform$dynlib.ext, src)
+  skip_if_not(file.exists(so), paste("cannot compile a test routine:", paste(out, collapse = " ")))
+  so
+}
+
+# Runs `lines` (R code that saves its findings with saveRDS(x, OUT)) in a new
+# R session without capabilities; returns what it saved.
+run_without_capabilities <- function(lines, so) {
+  script <- tempfile(fileext = ".R")
+  out <- tempfile(fileext = ".rds")
+  writeLines(c(sprintf("OUT <- %s", deparse(out)), sprintf("SO <- %s", deparse(so)),
+               "NONDUMPABLE <- function() { dyn.load(SO); .C('pageshare_test_nondumpable', ok = integer(1))$ok }",
+               lines), script)
+  rscript <- file.path(R.home("bin"), "Rscript")
+  lib <- paste(unique(c(dirname(system.file(package = "pageshare")), .libPaths())), collapse = ":")
+  env <- c(paste0("R_LIBS=", lib))
+  log <- if (am_root) {
+    skip_if(!nzchar(Sys.which("setpriv")), "setpriv is missing: capabilities cannot be dropped")
+    suppressWarnings(system2("setpriv", c("--bounding-set=-all", "--inh-caps=-all", "env", env, rscript,
+                                          "--vanilla", script), stdout = TRUE, stderr = TRUE, timeout = 300))
+  } else {
+    suppressWarnings(system2("env", c(env, rscript, "--vanilla", script), stdout = TRUE, stderr = TRUE,
+                             timeout = 300))
+  }
+  if (!file.exists(out)) stop("the scenario saved nothing: ", paste(log, collapse = "\n"))
+  readRDS(out)
+}
+
+test_that("a future's worker that cannot open handles fails each future with a classed error and lives on", {
+  skip_if_not_installed("future")
+  so <- nondumpable_library()
+  got <- run_without_capabilities(c(
+    "library(pageshare); library(future)",
+    "plan(shm_multisession, workers = I(1))",
+    "before <- value(future(Sys.getpid()))",
+    "made <- NONDUMPABLE()",
+    "X <- as.double(seq_len(2e5))",
+    "classes <- lapply(1:5, function(i) tryCatch({ value(future(sum(X))); 'no error' },",
+    "                                             error = function(e) class(e)))",
+    "after <- value(future(Sys.getpid()))",
+    "plain <- value(future(sum(1:10)))",
+    "plan(sequential)",
+    "saveRDS(list(made = made, classes = classes, before = before, after = after, plain = plain), OUT)"),
+    so)
+  expect_identical(got$made, 0L)
+  expect_length(got$classes, 5L)
+  for (cl in got$classes) expect_true(all(c("pageshare_permission", "pageshare_error") %in% cl), info = paste(cl, collapse = " "))
+  expect_identical(got$after, got$before)      # the same worker throughout
+  expect_identical(got$plain, 55L)
+})
+
+test_that("a result its master cannot open arrives as plain data", {
+  skip_if_not_installed("future")
+  so <- nondumpable_library()
+  got <- run_without_capabilities(c(
+    "library(pageshare); library(future)",
+    "plan(shm_multisession, workers = I(1))",
+    "f <- future({ made <- NONDUMPABLE(); list(made = made, value = as.double(seq_len(2e5))) })",
+    "r <- tryCatch(value(f), error = function(e) e)",
+    "plan(sequential)",
+    "saveRDS(r, OUT)"),
+    so)
+  expect_false(inherits(got, "error"), info = if (inherits(got, "error")) conditionMessage(got))
+  expect_identical(got$made, 0L)
+  expect_identical(got$value, as.double(seq_len(2e5)))
+})
