@@ -44,8 +44,11 @@
 #'     message names the call and the system's reason).}
 #'   \item{`pageshare_internal`}{A bug in pageshare; please report it.}
 #' }
-#' Warnings: `pageshare_fallback` when a backend sends data by plain
-#' serialization because they could not be shared.
+#' Warnings (below `pageshare_warning`): `pageshare_fallback` when a backend
+#' sends data by plain serialization because they could not be shared;
+#' `pageshare_worker_replaced` when a worker of pageshare's own pool died
+#' while it was idle (the message names its pid) and a new pool was started
+#' for the call, which then runs normally.
 #'
 #' @name pageshare_conditions
 #' @examples

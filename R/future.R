@@ -361,6 +361,7 @@ share_results_enabled <- function() {
 
 run.ShmMultisessionFuture <- function(future, ...) {
   if (!identical(future$state, "created")) return(NextMethod())
+  heal_plan_workers(future)
   cl <- future$workers
   key <- sprintf("workers-%s", attr(cl, "name", exact = TRUE))
   check_workers_have_pageshare(cl, key)
@@ -445,11 +446,9 @@ result.ShmMultisessionFuture <- function(future, ...) {
   # map the globals any more: drop the views (future may keep a failed future
   # referenced for a long time).
   on.exit(future$pageshare_views <- NULL, add = TRUE)
-  res <- tryCatch(nodelay_sockets(NextMethod()), # future >= 1.40 may restart a dead worker
-                  FutureError = function(e) {
-                    replace_dead_worker(future)    # future < 1.40 does not
-                    stop(e)
-                  })
+  # (future >= 1.40 may restart a dead worker here; future < 1.40 leaves that
+  # to the next launch, see future-restart.R)
+  res <- nodelay_sockets(NextMethod())
   if (inherits(res, "FutureResult") && inherits(res$value, "pageshare_result")) {
     if (is.null(future$result)) future$result <- res
     adopt_result(future)

@@ -28,6 +28,7 @@ pageshare_messages <- list(
   vars_format = "`VARS` must be a named list of values or a character vector of variables registered in `NAMESPACE`",
   fun_failed = "%s: `FUN` failed on %s: %s",
   worker_died = "worker process %s of pageshare's pool died while running %s (%s); the pool was stopped and the next call starts a new one",
+  worker_died_idle = "worker process %s of pageshare's pool died while it was idle (killed, or ended by the out-of-memory killer); a new pool was started",
   foreign_internal = "pageshare needs %s's internal function %s(), which the installed version %s does not have; please report this with the version",
   mi_x = "`X` must be a numeric matrix, a data frame of numeric columns or a numeric vector, not %s",
   mi_df = "`X` is a data frame with non-numeric column(s) %s; drop or convert them first",
@@ -52,6 +53,7 @@ pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", worker_died = "worker_died",
+  worker_died_idle = "worker_replaced",
   foreign_internal = "internal", received_handle = "segment_gone")
 
 pageshare_stop <- function(key, ..., call = NULL) {
@@ -60,6 +62,15 @@ pageshare_stop <- function(key, ..., call = NULL) {
   if (is.na(kind)) kind <- "bad_argument"
   stop(structure(class = c(paste0("pageshare_", kind), "pageshare_error", "error", "condition"),
                  list(message = msg, call = call)))
+}
+
+# A warning of the kind of `key` (class "pageshare_<kind>", below
+# "pageshare_warning").
+pageshare_warn <- function(key, ...) {
+  msg <- do.call(sprintf, c(list(pageshare_messages[[key]]), list(...)))
+  warning(structure(class = c(paste0("pageshare_", pageshare_message_kinds[[key]]), "pageshare_warning",
+                              "warning", "condition"),
+                    list(message = msg, call = NULL)))
 }
 
 or_none <- function(x) if (length(x)) paste0("'", x, "'", collapse = ", ") else "nothing"

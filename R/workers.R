@@ -17,7 +17,12 @@ stop_pool <- function(env = pool) {
   cl <- env$cl
   env$cl <- NULL
   env$pids <- NULL
-  if (!is.null(cl)) tryCatch(parallel::stopCluster(cl), error = function(e) NULL)
+  # Node by node: parallel::stopCluster() gives up at the first dead worker
+  # and would leave the live ones running.
+  for (i in seq_along(cl)) {
+    tryCatch(parallel::stopCluster(cl[i]), error = function(e) NULL)
+    tryCatch(close(cl[[i]]$con), error = function(e) NULL)
+  }
   invisible(!is.null(cl))
 }
 
@@ -42,6 +47,7 @@ stop_workers <- function() stop_pool(pool)
 # The pool, with at least `n` workers; returns its first `n` nodes.
 pool_workers <- function(n = NULL) {
   if (is.null(n)) n <- worker_count()
+  replace_pool_if_out_of_step()
   cl <- pool$cl
   # (a running pool of at least n workers shows that n fits the connections)
   if (!is.null(cl) && is_whole_count(n) && n <= length(cl)) {
@@ -60,6 +66,23 @@ pool_workers <- function(n = NULL) {
     pool$pids <- info$pid
   }
   if (length(cl) == n) cl else cl[seq_len(n)]
+}
+
+# Between calls every worker of the pool is idle: a socket with something to
+# read (a dead worker's EOF, a reply nobody waits for) or a closed connection
+# means the pool is out of step. It is stopped (the caller then starts a new
+# one) with a warning naming the worker that died while idle.
+replace_pool_if_out_of_step <- function() {
+  cl <- pool$cl
+  if (is.null(cl)) return(invisible(FALSE))
+  pids <- pool_pids()
+  bad <- which(nodes_out_of_step(cl, if (length(pids) == length(cl)) pids else rep(NA_integer_, length(cl))))
+  if (!length(bad)) return(invisible(FALSE))
+  gone <- bad[vapply(bad, function(i) i <= length(pids) && process_gone(pids[i]), logical(1))]
+  who <- if (length(gone)) pids[gone[1L]] else if (bad[1L] <= length(pids)) pids[bad[1L]] else "?"
+  stop_pool(pool)
+  pageshare_warn("worker_died_idle", who)
+  invisible(TRUE)
 }
 
 # Evaluates `expr` with TCP_NODELAY on the sockets R opens meanwhile (our side

@@ -49,3 +49,16 @@ same_as_do <- function(loop) {
   got <- loop(foreach::`%dopar%`)
   testthat::expect_identical(got, expected)
 }
+
+# plan(shm_multisession) until the calling test ends, then plan(sequential)
+# with the user's future.globals.maxSize back (future 1.31 has no hook for it
+# when the plan changes; see expect_clean() in test-future.R).
+local_shm_plan <- function(workers = 2L, env = parent.frame()) {
+  future::plan(pageshare::shm_multisession, workers = workers)
+  undo <- function() {
+    future::plan(future::sequential)
+    pageshare:::watch_globals_limit()
+  }
+  do.call(base::on.exit, list(as.call(list(undo)), add = TRUE), envir = env)
+  invisible()
+}

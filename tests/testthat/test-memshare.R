@@ -106,8 +106,7 @@ test_that("a name released and registered again gives its new data to holders of
 test_that("a worker that retrieved a name sees it registered again (regression)", {
   skip_if_not_installed("future")
   ns <- paste0("t_rereg_worker_", Sys.getpid())
-  old_plan <- future::plan(shm_multisession, workers = I(1))
-  on.exit(future::plan(old_plan), add = TRUE)
+  local_shm_plan(workers = I(1))
   get_a <- function(ns) {
     a <- pageshare::retrieveViews(ns, "A")$A
     a[]

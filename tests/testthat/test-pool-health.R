@@ -45,3 +45,43 @@ test_that("a pool worker killed during memApply(), memLapply() or foreach is rep
     expect_false(any(pageshare:::pool_pids() %in% pids))
   }
 })
+
+test_that("a pool worker that died while idle is named as such and the next call runs on a new pool", {
+  skip_if_not_installed("foreach")
+  stop_workers()
+  on.exit(stop_workers(), add = TRUE)
+  M <- matrix(as.double(1:40), 4)
+  calls <- list(
+    memApply = function() memApply(M, 2, sum, MAX.CORES = 2),
+    memLapply = function() unlist(memLapply(as.list(1:10), function(i) i * 2, MAX.CORES = 2)),
+    foreach = function() {
+      registerDoShm(cores = 2)
+      `%dopar%` <- foreach::`%dopar%`
+      foreach::foreach(i = 1:10, .combine = c) %dopar% (i * 2)
+    })
+  expected <- list(memApply = colSums(M), memLapply = (1:10) * 2, foreach = (1:10) * 2)
+  for (signal in c(tools::SIGKILL, tools::SIGTERM)) {
+    for (door in names(calls)) {
+      invisible(calls[[door]]())                         # the pool is up
+      pids <- pageshare:::pool_pids()
+      expect_length(pids, 2L)
+      tools::pskill(pids[2L], signal)
+      t1 <- Sys.time()
+      while (!pageshare:::process_gone(pids[2L]) && difftime(Sys.time(), t1, units = "secs") < 10) Sys.sleep(0.05)
+      w <- NULL
+      got <- withCallingHandlers(calls[[door]](), pageshare_worker_replaced = function(cond) {
+        w <<- cond
+        invokeRestart("muffleWarning")
+      })
+      expect_s3_class(w, "pageshare_warning")
+      expect_match(conditionMessage(w), sprintf("worker process %d .* died while it was idle", pids[2L]), info = door)
+      expect_equal(unlist(got), expected[[door]], info = door)
+      expect_false(any(pageshare:::pool_pids() %in% pids))
+      for (p in pids) {                                   # the old pool's live worker ended too
+        t1 <- Sys.time()
+        while (!pageshare:::process_gone(p) && difftime(Sys.time(), t1, units = "secs") < 10) Sys.sleep(0.05)
+        expect_true(pageshare:::process_gone(p), info = door)
+      }
+    }
+  }
+})
