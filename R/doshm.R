@@ -238,7 +238,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   if (local) {
     lists <- vapply(columns, is.list, NA)
     columns[lists] <- lapply(columns[lists], share_walk, state = state)
-    warn_fallback(state)
+    if (fall_back(state)) local <- FALSE
   }
   if (verbose) {
     cat(sprintf("pageshare: %d task(s) on %d worker(s); %d value(s) shared\n",

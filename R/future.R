@@ -196,8 +196,7 @@ share_globals <- function(globals, plan_key = NULL) {
       changed <- c(changed, names(globals)[i])
     }
   }
-  if (!is.null(plan_key)) warn_fallback(state, plan_key)
-  if (length(state$views) == 0L) {
+  if (fall_back(state, plan_key, warn = !is.null(plan_key)) || length(state$views) == 0L) {
     restore_shared(state)
     return(NULL)
   }
@@ -261,7 +260,7 @@ worker_result <- function(res, threshold) {
     state$threshold <- threshold
     state$frames <- FALSE
     shared <- tryCatch(share_walk(value, state), error = function(e) NULL)
-    if (is.null(shared) || !is.null(state$failed) || length(state$views) == 0L) {
+    if (fall_back(state, warn = FALSE) || is.null(shared) || length(state$views) == 0L) {
       shared <- NULL
     }
   }

@@ -175,7 +175,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
     # data in the frames FUN carries (a function made inside another) too
     share_walk(FUN, state)
     on.exit(restore_shared(state), add = TRUE)
-    warn_fallback(state)
+    if (fall_back(state)) local <- FALSE
   }
   chunks <- if (k == 1L) list(seq_len(n)) else split_range(n, k)
   # One message per worker: X and VARS (views travel as handles) and a chunk of

@@ -253,10 +253,10 @@ mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
     cl <- pool_workers(n_workers)
     state <- share_state()
     X <- share_walk(X, state)   # the rule of every front door
-    warn_fallback(state)
+    fell_back <- fall_back(state)
     chunks <- split_range(p, n_workers)
     res <- with_pool_health(
-      with_handles_if(is_shared(X), parallel::clusterApply(cl, chunks, worker_stub("mi_worker"), X = X,
+      with_handles_if(is_shared(X) && !fell_back, parallel::clusterApply(cl, chunks, worker_stub("mi_worker"), X = X,
         nrow = nrow(X), codes = cls$codes, k = cls$k, method = method, eps = eps, na.rm = na.rm,
         discrete = discrete, base = base)),
       cl, TRUE, function(i) sprintf("columns %s of mutual_information()", describe_range(chunks[[i]])))

@@ -22,7 +22,7 @@
 # must stay alive until the worker has mapped them), the bindings to put back,
 # the names of the globals it changed, and the first pageshare_error met
 # (nothing more is shared from then on: the door falls back to plain
-# serialization, see warn_fallback()).
+# serialization, see fall_back()).
 
 share_state <- function() {
   state <- new.env(parent = emptyenv())
@@ -32,6 +32,7 @@ share_state <- function() {
   state$envs <- list()
   state$threshold <- share_threshold()
   state$frames <- TRUE   # walk closures' frames (FALSE where nothing could put them back)
+  state$mark <- .Call(ps_share_mark)   # what to roll back to (fall_back())
   state
 }
 
@@ -218,11 +219,17 @@ is_shared_scope <- function(env) {
     isNamespace(env) || startsWith(environmentName(env), "package:")
 }
 
-# The warning of a door that falls back to plain serialization (state$failed
-# set): once per set of workers when `key` is given (a future_lapply() makes
-# many futures), otherwise once per call.
-warn_fallback <- function(state, key = NULL) {
+# A door whose walk failed (state$failed set) falls back to plain
+# serialization, all or nothing: the segments the walk made and their
+# identity-cache entries are let go at once (budget and descriptors as before
+# the walk), and the door sends outside the handle scope, where its views
+# serialize as their plain data. Returns TRUE when it fell back. Warns once
+# per set of workers when `key` is given (a future_lapply() makes many
+# futures), otherwise once per call (none with `warn = FALSE`).
+fall_back <- function(state, key = NULL, warn = TRUE) {
   if (is.null(state$failed)) return(invisible(FALSE))
+  .Call(ps_share_rollback, state$mark)
+  if (!warn) return(invisible(TRUE))
   if (length(key) == 1L) {
     if (isTRUE(fallback_warned[[key]])) return(invisible(TRUE))
     fallback_warned[[key]] <- TRUE

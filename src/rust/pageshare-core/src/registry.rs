@@ -46,7 +46,9 @@ fn within_budget(contents: &Contents<'_>, held: u64, budget: u64) -> Result<()> 
 
 #[derive(Default)]
 struct State {
-    mappings: HashMap<[u8; 16], Weak<Segment>>,
+    /// token -> (mapping, the [`mark`] at which this process created the
+    /// segment; 0 for one it opened)
+    mappings: HashMap<[u8; 16], (Weak<Segment>, u64)>,
     /// name -> (segment, index base it is published under)
     registered: HashMap<String, (Arc<Segment>, PathBuf)>,
 }
@@ -60,16 +62,16 @@ fn state() -> MutexGuard<'static, State> {
 /// The mapping of the segment `locator` points at, mapping it on first use
 /// (received once: every handle of a segment gives the same mapping).
 pub fn open(locator: &Locator, name: &str) -> Result<Arc<Segment>> {
-    if let Some(seg) = state().mappings.get(&locator.token).and_then(Weak::upgrade) {
+    if let Some(seg) = state().mappings.get(&locator.token).and_then(|(w, _)| w.upgrade()) {
         return Ok(seg);
     }
-    Ok(remember(Arc::new(Segment::open(locator, name)?)))
+    Ok(remember(Arc::new(Segment::open(locator, name)?), 0))
 }
 
 /// Create a segment held by this process and remember its mapping.
 pub fn create(name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Arc<Segment>> {
     check_budget(&contents)?;
-    Ok(remember(Arc::new(Segment::create(name, contents, fill)?)))
+    Ok(remember(Arc::new(Segment::create(name, contents, fill)?), next_mark()))
 }
 
 /// A segment holding a copy of `data` ([`Segment::create_copy`], or with
@@ -91,14 +93,40 @@ pub unsafe fn create_copy(
         Some(h) => unsafe { Segment::create_copy_handing_over(name, contents, data, phase, h)? },
         None => (Segment::create_copy(name, contents, data, phase)?, 0),
     };
-    Ok((remember(Arc::new(seg)), handed))
+    Ok((remember(Arc::new(seg), next_mark()), handed))
 }
 
-fn remember(seg: Arc<Segment>) -> Arc<Segment> {
+fn remember(seg: Arc<Segment>, made: u64) -> Arc<Segment> {
     let mut st = state();
-    st.mappings.retain(|_, w| w.strong_count() > 0);
-    st.mappings.insert(seg.token(), Arc::downgrade(&seg));
+    st.mappings.retain(|_, (w, _)| w.strong_count() > 0);
+    st.mappings.insert(seg.token(), (Arc::downgrade(&seg), made));
     seg
+}
+
+/// Counts the segments this process creates (from 1).
+static MADE: AtomicU64 = AtomicU64::new(1);
+
+fn next_mark() -> u64 {
+    MADE.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A point in this process's creation of segments: [`release_made_since`]
+/// undoes what was created after it (a front door that falls back to plain
+/// serialization keeps nothing it shared on the way).
+pub fn mark() -> u64 {
+    MADE.load(Ordering::Relaxed)
+}
+
+/// Stop holding every segment this process created since `mark` (their
+/// mappings go with the last view); returns how many.
+pub fn release_made_since(mark: u64) -> usize {
+    let made: Vec<Arc<Segment>> =
+        state().mappings.values().filter(|(_, m)| *m >= mark).filter_map(|(w, _)| w.upgrade()).collect();
+    let held: Vec<&Arc<Segment>> = made.iter().filter(|s| s.owned_here()).collect();
+    for s in &held {
+        s.release();
+    }
+    held.len()
 }
 
 /// Hold a named segment until [`release`] and publish it under its name in
@@ -132,7 +160,7 @@ pub fn held() -> Vec<String> {
 }
 
 fn live() -> Vec<Arc<Segment>> {
-    state().mappings.values().filter_map(Weak::upgrade).collect()
+    state().mappings.values().filter_map(|(w, _)| w.upgrade()).collect()
 }
 
 /// Names of the segments this process holds (made or adopted, not released),

@@ -49,6 +49,8 @@ struct Entry {
     handed: Option<Handover>,
     bytes: u64,
     used: u64,
+    /// The clock when the entry was made (see [`mark`]).
+    made: u64,
 }
 
 /// Source address -> entry, with the entries' total bytes kept as they change
@@ -186,6 +188,7 @@ pub unsafe fn insert(x: SEXP, attrs: SEXP, view: SEXP, bytes: u64, handed: Optio
             handed,
             bytes,
             used: tick(),
+            made: tick(),
         };
         if let Some(old) = entries().insert(x as usize, e) {
             release(&old);
@@ -270,6 +273,28 @@ pub unsafe fn clear() -> usize {
         unsafe { release(e) };
     }
     all.len()
+}
+
+/// A point in the cache's history: [`forget_since`] drops what came after.
+pub fn mark() -> u64 {
+    CLOCK.load(Ordering::Relaxed)
+}
+
+/// Drop the entries made since `mark` (a front door that falls back: none of
+/// the views it made may be found again). Returns how many.
+///
+/// # Safety
+/// Main R thread.
+pub unsafe fn forget_since(mark: u64) -> usize {
+    let mut all = entries();
+    let doomed: Vec<usize> = all.map.iter().filter(|(_, e)| e.made >= mark).map(|(a, _)| *a).collect();
+    let dropped: Vec<Entry> = doomed.iter().filter_map(|a| all.remove(*a)).collect();
+    drop(all);
+    for e in &dropped {
+        // SAFETY: each entry was made by `insert` and is released once here.
+        unsafe { release(e) };
+    }
+    dropped.len()
 }
 
 pub fn len() -> usize {

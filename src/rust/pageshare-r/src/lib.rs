@@ -74,6 +74,8 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_release_handoffs / 0,
         ps_set_budget / 1,
         ps_held_bytes / 0,
+        ps_share_mark / 0,
+        ps_share_rollback / 1,
         ps_shares_openable / 0,
         ps_set_receiver_mode / 1,
         ps_take_receive_failures / 0,

@@ -712,6 +712,33 @@ pub extern "C" fn ps_shares_openable() -> SEXP {
     guard(|| unsafe { Ok(Rf_ScalarLogical(pageshare_core::os::descriptors_openable_by_others() as i32)) })
 }
 
+/// A point to roll sharing back to: c(segments made, identity cache clock).
+#[no_mangle]
+pub extern "C" fn ps_share_mark() -> SEXP {
+    guard(|| unsafe {
+        let out = Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, 2));
+        *REAL(out) = registry::mark() as f64;
+        *REAL(out).add(1) = cache::mark() as f64;
+        Rf_unprotect(1);
+        Ok(out)
+    })
+}
+
+/// Undo the sharing since `mark` (ps_share_mark()): the identity cache forgets
+/// the views made since and this process stops holding the segments made
+/// since. Returns the number of segments let go.
+#[no_mangle]
+pub extern "C" fn ps_share_rollback(mark: SEXP) -> SEXP {
+    guard(|| unsafe {
+        if TYPEOF(mark) != SEXPTYPE::REALSXP || XLENGTH(mark) != 2 {
+            return Err(RError::internal("internal: ps_share_rollback needs a mark made by ps_share_mark"));
+        }
+        let (made, clock) = (*REAL(mark) as u64, *REAL(mark).add(1) as u64);
+        cache::forget_since(clock);
+        Ok(Rf_ScalarInteger(registry::release_made_since(made) as i32))
+    })
+}
+
 /// Bytes of the segments this process holds.
 #[no_mangle]
 pub extern "C" fn ps_held_bytes() -> SEXP {
