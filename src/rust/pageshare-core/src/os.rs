@@ -146,7 +146,8 @@ pub fn memfd(name: &str) -> Result<File> {
     place_high(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Where a descriptor that this process keeps for long (a segment's) goes, so that the room for segments grows with the limit on
+/// Where a descriptor that this process keeps for long (a segment's, an index
+/// entry's lock) goes, so that the room for segments grows with the limit on
 /// open files and never squeezes out R's sockets:
 /// - first at [`SEGMENT_FD_FLOOR`] or above, a range nothing else uses (the
 ///   kernel hands out the lowest free number), which it may fill to the limit;
@@ -181,6 +182,33 @@ pub fn place_high(low: File) -> Result<File> {
 fn free_descriptors_above(fd: i32, cap: i32) -> usize {
     // SAFETY: F_GETFD only asks whether a number is open; it changes nothing.
     ((fd + 1)..cap).filter(|&n| unsafe { libc::fcntl(n, libc::F_GETFD) } < 0).count()
+}
+
+/// Take a shared lock on `file`'s open file description, without waiting. It
+/// lasts until every descriptor of that description is closed (by the kernel
+/// too, at any exit), whatever namespace the process runs in.
+pub fn lock_shared(file: &File) -> std::io::Result<()> {
+    // SAFETY: flock on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Try to take an exclusive lock on `file`'s open file description without
+/// waiting: `Ok(true)` when granted (no other open file description of the
+/// file holds a lock), `Ok(false)` when another one holds a lock. The lock
+/// goes when `file` is closed.
+pub fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
 }
 
 fn descriptors_error() -> Error {
