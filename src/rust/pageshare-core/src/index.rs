@@ -347,11 +347,20 @@ pub fn sweep(base: &Path) -> Result<Vec<String>> {
 
 /// A temporary file whose writer is gone (its lock is free: the writer locks
 /// it right after creating it) and that is old enough that it is not being
-/// created right now; its file, locked, if so.
+/// created right now; its file, locked, if so. Only a regular file is opened
+/// (a device or a FIFO under such a name is never touched).
 fn abandoned(path: &Path) -> Option<File> {
-    let file = open_own_file(path).ok()?;
-    let age = file.metadata().ok()?.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok());
-    (age.is_some_and(|a| a > ABANDONED_AFTER) && holder_gone(&file)).then_some(file)
+    if !std::fs::symlink_metadata(path).ok()?.file_type().is_file() {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let m = file.metadata().ok()?;
+    let age = m.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok());
+    (m.file_type().is_file() && age.is_some_and(|a| a > ABANDONED_AFTER) && holder_gone(&file)).then_some(file)
 }
 
 #[cfg(test)]
