@@ -21,7 +21,8 @@ pub enum Error {
     Taken { namespace: String, variable: String, holder_pid: u32 },
     /// A registered name whose holder is alive (its index entry is locked) but
     /// whose segment this process cannot open: the holder runs in another PID
-    /// namespace, or does not let this process read its descriptors.
+    /// namespace, or does not let this process read its descriptors (or it
+    /// exited and a child it forked still holds the entry's lock).
     Unreachable { name: String, holder_pid: u32 },
     /// The file is not a pageshare segment of this format, or is truncated.
     Invalid { name: String, why: String },
@@ -98,8 +99,9 @@ impl fmt::Display for Error {
                     f,
                     "{what} is registered by a live process (pid {holder_pid} where it runs) whose segment \
                      this process cannot open: it runs in another PID namespace (a container sharing \
-                     the index directory) or does not let this process read its descriptors; retrieve \
-                     it from a process that can see the holder"
+                     the index directory), does not let this process read its descriptors, or exited \
+                     while a process it forked still runs; retrieve it from a process that can see the \
+                     holder"
                 )
             }
             Error::Invalid { name, why } => {
