@@ -585,9 +585,15 @@ test_that("a handle or an index entry made by another user's process is refused,
   stopifnot(system2("cp", c("-p", shQuote(f("their-entry.bin")), shQuote(p))) == 0L)
   expect_identical(as.integer(system2("stat", c("-c", "%u", shQuote(p)), stdout = TRUE)), user$uid)
   check_calls("theirs", "x", entry_outcomes, "their entry in our index directory")
-  # ... and even as an entry of ours (0600): the memory file it leads to is theirs
+  # ... and even as an entry of ours (0600) that a live process holds (an entry
+  # nobody holds the lock of is stale, and would be removed unopened): the
+  # memory file it leads to is theirs
   stopifnot(system2("chown", c("0:0", shQuote(p))) == 0L)
   Sys.chmod(p, "0600", use_umask = FALSE)
+  locked <- f("locked")
+  locker <- processx::process$new("sh", c("-c", 'exec 9<"$1" && flock -s 9 && : > "$2" && exec sleep 600', "sh", p, locked))
+  on.exit({ locker$kill(); locker$wait() }, add = TRUE)
+  wait_for_file(locked)
   entry_of_ours <- modifyList(entry_outcomes, list(
     retrieveViews = "pageshare_invalid_segment", retrieveMetadata = "pageshare_invalid_segment",
     registerVariables = "pageshare_name_taken"))   # a live process holds that name

@@ -19,6 +19,11 @@ pub enum Error {
     Unsafe { path: String, why: String },
     /// A namespace/variable pair is already held by another live process.
     Taken { namespace: String, variable: String, holder_pid: u32 },
+    /// A registered name whose holder is alive (its index entry is locked) but
+    /// whose segment this process cannot open: the holder runs in another PID
+    /// namespace, or does not let this process read its descriptors (or it
+    /// exited and a child it forked still holds the entry's lock).
+    Unreachable { name: String, holder_pid: u32 },
     /// The file is not a pageshare segment of this format, or is truncated.
     Invalid { name: String, why: String },
     /// Bad argument from the caller.
@@ -85,6 +90,20 @@ impl fmt::Display for Error {
                 "variable '{variable}' in namespace '{namespace}' is already registered by \
                  process {holder_pid}; release it there (`releaseVariables()`) or use another name"
             ),
+            Error::Unreachable { name, holder_pid } => {
+                let what = match crate::naming::parse_named(name) {
+                    Some((ns, var)) => format!("variable '{var}' in namespace '{ns}'"),
+                    None => format!("segment '{name}'"),
+                };
+                write!(
+                    f,
+                    "{what} is registered by a live process (pid {holder_pid} where it runs) whose segment \
+                     this process cannot open: it runs in another PID namespace (a container sharing \
+                     the index directory), does not let this process read its descriptors, or exited \
+                     while a process it forked still runs; retrieve it from a process that can see the \
+                     holder"
+                )
+            }
             Error::Invalid { name, why } => {
                 write!(f, "'{name}' is not a valid pageshare segment: {why}")
             }

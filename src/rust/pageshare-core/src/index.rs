@@ -8,8 +8,26 @@
 //! closed to others) before every use, so another user can neither squat a name
 //! nor redirect one. Every entry is opened without following links and without
 //! blocking, and used only if it is a small regular file of this user closed to
-//! others. An entry whose process is gone (kill -9) is stale: the next lookup
-//! or [`sweep`] removes it; nothing else can be left behind.
+//! others.
+//!
+//! # Liveness: the kernel says when a holder is gone
+//! The registering process locks the entry's inode (`flock`, shared) before it
+//! links it into place, and keeps that descriptor (close-on-exec) for as long as
+//! it holds the registration ([`Claim`]). The kernel drops the lock with the
+//! last descriptor of it, at release or at any exit (`kill -9` included).
+//! Whoever judges an entry tries a non-blocking exclusive lock on it: refused
+//! means a holder is alive, whatever PID namespace it runs in and whether or
+//! not its /proc entries can be read here; granted is the evidence that the
+//! holder is gone, and only then is the entry stale (the next lookup, publish
+//! or [`sweep`] removes it, if it is still the same file). A lock that cannot
+//! be tried at all counts as held: an entry is never removed on a guess.
+//!
+//! A forked child (`mclapply`) inherits the descriptor, so an entry stays
+//! locked until the registering process and its forked children have all
+//! exited or released it. Meanwhile the name cannot be registered again, and a
+//! lookup finds the entry of a holder that may be gone: opening its segment
+//! then checks the process and the descriptor ([`crate::segment`]) and fails
+//! cleanly, never maps other data.
 //!
 //! ```text
 //! "PSI1" | locator | name_len u16 | name
@@ -17,7 +35,8 @@
 
 use crate::error::{Error, Result};
 use crate::locator::{self, hex, Locator};
-use crate::{naming, os, segment};
+use crate::{naming, os};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -93,62 +112,93 @@ enum Entry {
     /// Not a usable entry (a link, a FIFO, a directory, a device, another
     /// user's file, one open to others, or bytes that do not decode).
     Unusable(String),
-    Found(Locator),
+    /// An entry and the file it was read from (to judge its holder with).
+    Found(Locator, File),
 }
 
-fn read_entry(path: &Path, name: &str) -> Entry {
+/// Open `path` without following links or blocking, if it is a small regular
+/// file of this user closed to others.
+fn open_own_file(path: &Path) -> std::result::Result<File, Option<String>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path);
     let file = match file {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Entry::Absent,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Entry::Unusable("it is a symbolic link".into()),
-        Err(e) => return Entry::Unusable(format!("it cannot be opened ({e})")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(Some("it is a symbolic link".into())),
+        Err(e) => return Err(Some(format!("it cannot be opened ({e})"))),
     };
-    let Ok(m) = file.metadata() else { return Entry::Unusable("it cannot be inspected".into()) };
+    let Ok(m) = file.metadata() else { return Err(Some("it cannot be inspected".into())) };
     if !m.file_type().is_file() {
-        return Entry::Unusable("it is not a regular file".into());
+        return Err(Some("it is not a regular file".into()));
     }
     if m.uid() != os::euid() || m.permissions().mode() & 0o077 != 0 {
-        return Entry::Unusable(format!("it belongs to user {} with mode {:o}", m.uid(), m.permissions().mode() & 0o777));
+        return Err(Some(format!("it belongs to user {} with mode {:o}", m.uid(), m.permissions().mode() & 0o777)));
     }
     if m.len() > MAX_ENTRY {
-        return Entry::Unusable(format!("it has {} bytes, more than an entry", m.len()));
+        return Err(Some(format!("it has {} bytes, more than an entry", m.len())));
     }
+    Ok(file)
+}
+
+fn read_entry(path: &Path, name: &str) -> Entry {
+    let file = match open_own_file(path) {
+        Ok(f) => f,
+        Err(None) => return Entry::Absent,
+        Err(Some(why)) => return Entry::Unusable(why),
+    };
     let mut b = Vec::new();
-    if file.take(MAX_ENTRY).read_to_end(&mut b).is_err() {
+    if (&file).take(MAX_ENTRY).read_to_end(&mut b).is_err() {
         return Entry::Unusable("it cannot be read".into());
     }
     match decode(&b) {
-        Some((loc, n)) if n == name => Entry::Found(loc),
+        Some((loc, n)) if n == name => Entry::Found(loc, file),
         _ => Entry::Unusable("it is not a pageshare index entry for this name".into()),
     }
 }
 
-/// Publish `name` -> `loc`. Fails with [`Error::Taken`] if a live process holds
-/// the name, and replaces a stale entry (its process is gone).
-pub fn publish(base: &Path, name: &str, loc: &Locator) -> Result<()> {
+/// Is the holder of the entry open as `file` gone? Only on the kernel's
+/// evidence: an exclusive lock is granted, so no descriptor of the holder's
+/// (or of its forked children) is left. The lock stays taken while `file` is
+/// open, so that no other judge can act on the same entry meanwhile (it sees
+/// the lock and judges the holder alive: the safe mistake). A lock that cannot
+/// be tried at all is no evidence.
+fn holder_gone(file: &File) -> bool {
+    os::try_lock_exclusive(file).unwrap_or(false)
+}
+
+/// Remove the entry at `path` judged stale through `file` (whose exclusive
+/// lock the caller holds), if `path` still is that file: another process may
+/// have replaced it meanwhile, and its new entry must stay.
+fn remove_stale(path: &Path, file: &File) -> bool {
+    let (Ok(held), Ok(now)) = (file.metadata(), std::fs::symlink_metadata(path)) else { return false };
+    (held.dev(), held.ino()) == (now.dev(), now.ino()) && std::fs::remove_file(path).is_ok()
+}
+
+/// A published entry's lock: while it is open, the entry's holder is alive.
+/// Dropping it (after [`withdraw`]) lets the entry be judged stale.
+#[derive(Debug)]
+pub struct Claim {
+    _lock: File,
+}
+
+/// Publish `name` -> `loc` and return the [`Claim`] that keeps it alive. Fails
+/// with [`Error::Taken`] if a live process holds the name, and replaces a stale
+/// entry (its holder is gone).
+pub fn publish(base: &Path, name: &str, loc: &Locator) -> Result<Claim> {
     naming::validate(name)?;
     let dir = directory(base)?;
     let temp = dir.join(format!("{TEMP_PREFIX}{}.{}", os::pid(), hex(&os::random_bytes(8)?)));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&temp)
-        .and_then(|mut f| f.write_all(&encode(loc, name)));
-    if let Err(e) = written {
+    let claim = write_locked(&temp, &encode(loc, name)).inspect_err(|_| {
         let _ = std::fs::remove_file(&temp);
-        return Err(Error::os(format!("cannot write an index entry in {}", dir.display()), e));
-    }
+    })?;
     let path = dir.join(name);
     let mut result = Ok(());
     for attempt in 0..2 {
         // link() is atomic and never replaces: two processes registering the
-        // same name cannot both succeed.
+        // same name cannot both succeed. The entry is locked before it is
+        // visible, so nobody can find it without a live holder.
         match std::fs::hard_link(&temp, &path) {
             Ok(()) => {
                 result = Ok(());
@@ -156,9 +206,18 @@ pub fn publish(base: &Path, name: &str, loc: &Locator) -> Result<()> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 result = match read_entry(&path, name) {
-                    Entry::Found(other) if segment::is_held(&other) => Err(taken(name, other.pid)),
-                    // stale (its holder is gone) or unusable in our own directory: replace it
-                    _ if attempt == 0 => {
+                    Entry::Found(other, file) => {
+                        if holder_gone(&file) {
+                            remove_stale(&path, &file);
+                            if attempt == 0 {
+                                continue;
+                            }
+                        }
+                        Err(taken(name, other.pid))
+                    }
+                    // gone meanwhile, or unusable in our own directory: replace it
+                    Entry::Absent if attempt == 0 => continue,
+                    Entry::Unusable(_) if attempt == 0 => {
                         let _ = std::fs::remove_file(&path);
                         continue;
                     }
@@ -173,7 +232,25 @@ pub fn publish(base: &Path, name: &str, loc: &Locator) -> Result<()> {
         }
     }
     let _ = std::fs::remove_file(&temp);
-    result
+    result.map(|()| claim)
+}
+
+/// Create `temp` holding `bytes`, locked (shared) through a descriptor kept
+/// where long-held descriptors go ([`os::place_high`]).
+fn write_locked(temp: &Path, bytes: &[u8]) -> Result<Claim> {
+    let dir = temp.parent().unwrap_or(temp).display().to_string();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(temp)
+        .map_err(|e| Error::os(format!("cannot write an index entry in {dir}"), e))?;
+    os::lock_shared(&f).map_err(|e| {
+        Error::os(format!("cannot lock an index entry in {dir} (its file system must support flock)"), e)
+    })?;
+    f.write_all(bytes).map_err(|e| Error::os(format!("cannot write an index entry in {dir}"), e))?;
+    Ok(Claim { _lock: os::place_high(f)? })
 }
 
 fn taken(name: &str, holder_pid: u32) -> Error {
@@ -183,7 +260,8 @@ fn taken(name: &str, holder_pid: u32) -> Error {
     }
 }
 
-/// The locator published under `name`, if a live process holds it. A stale
+/// The locator published under `name`, if a holder of it is alive (it may live
+/// in another PID namespace: the locator then does not open here). A stale
 /// entry is removed; an entry that cannot be trusted is an error naming it.
 pub fn lookup(base: &Path, name: &str) -> Result<Locator> {
     naming::validate(name)?;
@@ -193,9 +271,11 @@ pub fn lookup(base: &Path, name: &str) -> Result<Locator> {
     match read_entry(&path, name) {
         Entry::Absent => Err(missing()),
         Entry::Unusable(why) => Err(Error::Unsafe { path: path.display().to_string(), why }),
-        Entry::Found(loc) if segment::is_held(&loc) => Ok(loc),
-        Entry::Found(_) => {
-            remove_if_unchanged(&path, name);
+        Entry::Found(loc, file) => {
+            if !holder_gone(&file) {
+                return Ok(loc);
+            }
+            remove_stale(&path, &file);
             Err(missing())
         }
     }
@@ -211,33 +291,25 @@ pub fn check_free(base: &Path, name: &str) -> Result<()> {
 }
 
 /// Remove the entry `name` if it still points at the segment with `token`
-/// (release by its holder). Returns whether it was removed.
+/// (release by its holder, before it drops its [`Claim`]). Returns whether it
+/// was removed.
 pub fn withdraw(base: &Path, name: &str, token: &[u8; 16]) -> bool {
     let Ok(Some(dir)) = existing_directory(base) else { return false };
     let path = dir.join(name);
     match read_entry(&path, name) {
-        Entry::Found(loc) if &loc.token == token => std::fs::remove_file(&path).is_ok(),
+        Entry::Found(loc, _) if &loc.token == token => std::fs::remove_file(&path).is_ok(),
         _ => false,
     }
 }
 
-/// A stale entry is removed only if it is still the one judged stale (another
-/// process may have replaced it meanwhile).
-fn remove_if_unchanged(path: &Path, name: &str) {
-    if let Entry::Found(loc) = read_entry(path, name) {
-        if !segment::is_held(&loc) {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-/// Names of the entries whose segment a live process holds, sorted. Entries
-/// that cannot be trusted are skipped.
+/// Names of the entries whose holder is alive, sorted. Entries that cannot be
+/// trusted are skipped.
 pub fn live_names(base: &Path) -> Result<Vec<String>> {
     let Some(dir) = existing_directory(base)? else { return Ok(Vec::new()) };
     let mut out: Vec<String> = list(&dir)?
         .into_iter()
-        .filter(|n| matches!(read_entry(&dir.join(n), n), Entry::Found(l) if segment::is_held(&l)))
+        .filter(|n| !n.starts_with(TEMP_PREFIX))
+        .filter(|n| matches!(read_entry(&dir.join(n), n), Entry::Found(_, f) if !holder_gone(&f)))
         .collect();
     out.sort();
     Ok(out)
@@ -251,7 +323,7 @@ fn list(dir: &Path) -> Result<Vec<String>> {
         .collect())
 }
 
-/// Remove the stale entries (their process is gone) and abandoned temporary
+/// Remove the stale entries (their holder is gone) and abandoned temporary
 /// files; returns the names removed, sorted. Entries that cannot be trusted
 /// are left alone.
 pub fn sweep(base: &Path) -> Result<Vec<String>> {
@@ -259,26 +331,36 @@ pub fn sweep(base: &Path) -> Result<Vec<String>> {
     let mut removed = Vec::new();
     for name in list(&dir)? {
         let path = dir.join(&name);
-        let doomed = if name.starts_with(TEMP_PREFIX) {
-            abandoned(&path, &name)
-        } else {
-            matches!(read_entry(&path, &name), Entry::Found(l) if !segment::is_held(&l))
-        };
-        if doomed && std::fs::remove_file(&path).is_ok() && !name.starts_with(TEMP_PREFIX) {
-            removed.push(name);
+        if name.starts_with(TEMP_PREFIX) {
+            if let Some(file) = abandoned(&path) {
+                remove_stale(&path, &file);
+            }
+        } else if let Entry::Found(_, file) = read_entry(&path, &name) {
+            if holder_gone(&file) && remove_stale(&path, &file) {
+                removed.push(name);
+            }
         }
     }
     removed.sort();
     Ok(removed)
 }
 
-/// A temporary file whose writer is dead and that is old enough.
-fn abandoned(path: &Path, name: &str) -> bool {
-    let writer = name[TEMP_PREFIX.len()..].split('.').next().and_then(|p| p.parse::<u32>().ok());
-    let alive = writer.is_some_and(|p| os::start_time(p).is_some());
-    let Ok(m) = std::fs::symlink_metadata(path) else { return false };
+/// A temporary file whose writer is gone (its lock is free: the writer locks
+/// it right after creating it) and that is old enough that it is not being
+/// created right now; its file, locked, if so. Only a regular file is opened
+/// (a device or a FIFO under such a name is never touched).
+fn abandoned(path: &Path) -> Option<File> {
+    if !std::fs::symlink_metadata(path).ok()?.file_type().is_file() {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let m = file.metadata().ok()?;
     let age = m.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok());
-    !alive && m.file_type().is_file() && age.is_some_and(|a| a > ABANDONED_AFTER)
+    (m.file_type().is_file() && age.is_some_and(|a| a > ABANDONED_AFTER) && holder_gone(&file)).then_some(file)
 }
 
 #[cfg(test)]
@@ -315,17 +397,20 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let name = naming::named("ns", "x").unwrap();
         let s = segment();
-        publish(base.path(), &name, &s.locator()).unwrap();
+        let claim = publish(base.path(), &name, &s.locator()).unwrap();
         let dir = base.path().join(format!("pageshare-{}", os::euid()));
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
         assert_eq!(lookup(base.path(), &name).unwrap(), s.locator());
         assert_eq!(live_names(base.path()).unwrap(), vec![name.clone()]);
-        // a second registration of a held name names the holder
+        // a second registration of a held name names the holder, even from the
+        // holder's own process (the lock belongs to the claim's descriptor)
         let e = publish(base.path(), &name, &segment().locator()).unwrap_err();
         assert!(matches!(e, Error::Taken { holder_pid, .. } if holder_pid == os::pid()), "{e}");
         assert!(matches!(check_free(base.path(), &name), Err(Error::Taken { .. })));
+        assert!(sweep(base.path()).unwrap().is_empty());
         assert!(!withdraw(base.path(), &name, &[0; 16]));
         assert!(withdraw(base.path(), &name, &s.token()));
+        drop(claim);
         assert!(matches!(lookup(base.path(), &name), Err(Error::Missing { .. })));
         // no temporary file is left behind
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
@@ -336,20 +421,135 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let name = naming::named("ns", "stale").unwrap();
         let s = segment();
-        publish(base.path(), &name, &s.locator()).unwrap();
-        s.release(); // as if its process were gone
+        drop(publish(base.path(), &name, &s.locator()).unwrap()); // as if its process were gone
         assert!(matches!(lookup(base.path(), &name), Err(Error::Missing { .. })));
         let dir = directory(base.path()).unwrap();
         assert!(!dir.join(&name).exists(), "the lookup removed the stale entry");
         let t = segment();
-        publish(base.path(), &name, &t.locator()).unwrap();
-        t.release();
+        drop(publish(base.path(), &name, &t.locator()).unwrap());
         let u = segment();
-        publish(base.path(), &name, &u.locator()).unwrap(); // replaces the stale one
+        let _claim = publish(base.path(), &name, &u.locator()).unwrap(); // replaces the stale one
         assert_eq!(lookup(base.path(), &name).unwrap(), u.locator());
-        u.release();
+        drop(_claim);
+        assert_eq!(live_names(base.path()).unwrap(), Vec::<String>::new());
         assert_eq!(sweep(base.path()).unwrap(), vec![name]);
         assert!(sweep(base.path()).unwrap().is_empty());
+    }
+
+    /// A child process (`sleep`) that inherited a claim's lock, killed and
+    /// reaped when dropped.
+    struct Holder(std::process::Child);
+
+    impl Holder {
+        fn spawn(claim: &Claim) -> Holder {
+            use std::os::unix::io::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let fd = claim._lock.as_raw_fd();
+            let mut cmd = std::process::Command::new("sleep");
+            cmd.arg("600");
+            // SAFETY: runs in the forked child before exec; fcntl is
+            // async-signal-safe and touches only that child's descriptor table.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            Holder(cmd.spawn().expect("spawn sleep"))
+        }
+
+        fn kill(mut self) {
+            self.0.kill().unwrap(); // SIGKILL
+            self.0.wait().unwrap();
+        }
+    }
+
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    #[test]
+    fn a_holder_this_process_cannot_see_keeps_its_entry_until_killed() {
+        let base = tempfile::tempdir().unwrap();
+        let name = naming::named("ns", "elsewhere").unwrap();
+        let dir = directory(base.path()).unwrap();
+        // A locator whose pid does not exist here (as for a holder in another
+        // PID namespace, or one whose /proc entries cannot be read), published
+        // by a process that then hands its lock to a child and lets go itself.
+        let s = segment();
+        let far = Locator { pid: u32::MAX - 7, start: 12345, ..s.locator() };
+        let claim = publish(base.path(), &name, &far).unwrap();
+        let holder = Holder::spawn(&claim);
+        drop(claim);
+        let entry = std::fs::read(dir.join(&name)).unwrap();
+        assert_eq!(lookup(base.path(), &name).unwrap(), far);
+        assert!(sweep(base.path()).unwrap().is_empty());
+        assert_eq!(live_names(base.path()).unwrap(), vec![name.clone()]);
+        // a third process cannot take the name
+        let e = publish(base.path(), &name, &segment().locator()).unwrap_err();
+        assert!(matches!(e, Error::Taken { holder_pid, .. } if holder_pid == far.pid), "{e}");
+        assert!(matches!(check_free(base.path(), &name), Err(Error::Taken { .. })));
+        // opening it fails clearly, and removes nothing
+        let e = crate::registry::open_registered(base.path(), &name).unwrap_err();
+        assert!(matches!(e, Error::Unreachable { holder_pid, .. } if holder_pid == far.pid), "{e}");
+        assert!(e.to_string().contains("namespace"), "{e}");
+        assert_eq!(std::fs::read(dir.join(&name)).unwrap(), entry, "the entry is untouched");
+        // kill -9: the kernel drops the lock, the entry is stale
+        holder.kill();
+        assert!(matches!(lookup(base.path(), &name), Err(Error::Missing { .. })));
+        assert!(!dir.join(&name).exists());
+        let claim = publish(base.path(), &name, &s.locator()).unwrap();
+        assert_eq!(lookup(base.path(), &name).unwrap(), s.locator());
+        assert!(withdraw(base.path(), &name, &s.token()));
+        drop(claim);
+    }
+
+    #[test]
+    fn a_stale_entry_replaced_meanwhile_is_not_removed() {
+        let base = tempfile::tempdir().unwrap();
+        let name = naming::named("ns", "raced").unwrap();
+        let dir = directory(base.path()).unwrap();
+        let path = dir.join(&name);
+        drop(publish(base.path(), &name, &segment().locator()).unwrap());
+        // a judge finds the old entry stale...
+        let Entry::Found(_, old) = read_entry(&path, &name) else { panic!("no entry") };
+        assert!(holder_gone(&old));
+        // ...and while it holds the lock, nobody else judges that entry stale
+        let Entry::Found(_, other) = read_entry(&path, &name) else { panic!("no entry") };
+        assert!(!holder_gone(&other));
+        // another process replaces it meanwhile
+        std::fs::remove_file(&path).unwrap();
+        let s = segment();
+        let claim = publish(base.path(), &name, &s.locator()).unwrap();
+        assert!(!remove_stale(&path, &old), "the new entry is not the one judged stale");
+        assert_eq!(lookup(base.path(), &name).unwrap(), s.locator());
+        drop(claim);
+    }
+
+    #[test]
+    fn abandoned_temporary_files_go_only_when_unlocked_and_old() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = directory(base.path()).unwrap();
+        let old = SystemTime::now() - 2 * ABANDONED_AFTER;
+        let make = |n: &str| {
+            let p = dir.join(format!("{TEMP_PREFIX}{n}"));
+            let f = write_locked(&p, b"x").unwrap();
+            std::fs::File::options().write(true).open(&p).unwrap().set_modified(old).unwrap();
+            f
+        };
+        let _writing = make("1.live"); // its writer still holds it
+        drop(make("2.dead"));
+        drop(write_locked(&dir.join(format!("{TEMP_PREFIX}3.new")), b"x").unwrap()); // too young
+        sweep(base.path()).unwrap();
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, vec![format!("{TEMP_PREFIX}1.live"), format!("{TEMP_PREFIX}3.new")]);
     }
 
     #[test]

@@ -91,12 +91,14 @@ pub fn parse_stat(stat: &str) -> Option<(char, u64)> {
     Some((state, f.nth(18)?.parse().ok()?))
 }
 
-/// The descriptors of segments are kept at or above this number, so that the
-/// low numbers stay free for sockets: R watches its sockets with select(),
-/// which cannot take a descriptor of FD_SETSIZE (1024) or more.
+/// The descriptors of segments are kept at or above this number when the limit
+/// on open files allows, so that the low numbers stay free for sockets: R
+/// watches its sockets with select(), which cannot take a descriptor of
+/// FD_SETSIZE (1024) or more.
 pub const SEGMENT_FD_FLOOR: i32 = 1024;
-/// Descriptors left free below the soft limit for everything else.
-const FD_HEADROOM: u64 = 64;
+/// Numbers below [`SEGMENT_FD_FLOOR`] (and below the limit) that a segment never
+/// takes: they stay free for R's sockets, connections and files.
+const LOW_RESERVE: usize = 64;
 
 /// Raise the soft limit on open files to the hard limit (each segment's owner
 /// holds one descriptor); returns the soft limit in force afterwards.
@@ -126,9 +128,8 @@ fn open_files_limit() -> u64 {
 }
 
 /// A new anonymous memory file (memfd) named `name` (shown in /proc, never in
-/// a directory), close-on-exec and sealable, placed at a descriptor number of
-/// at least [`SEGMENT_FD_FLOOR`] when the limit on open files allows.
-/// `Err(Error::Descriptors)` when this process is too close to that limit.
+/// a directory), close-on-exec and sealable, placed as [`place_high`] places it.
+/// `Err(Error::Descriptors)` when this process is too close to its limit.
 pub fn memfd(name: &str) -> Result<File> {
     use std::os::unix::io::FromRawFd;
     let c = std::ffi::CString::new(name).map_err(|_| Error::Argument("a segment name contains a NUL byte".into()))?;
@@ -145,27 +146,69 @@ pub fn memfd(name: &str) -> Result<File> {
     place_high(unsafe { File::from_raw_fd(fd) })
 }
 
-/// `file` moved to a descriptor number of at least [`SEGMENT_FD_FLOOR`] when
-/// the limit on open files allows; `Err(Error::Descriptors)` when this process
-/// is too close to that limit to hold it.
+/// Where a descriptor that this process keeps for long (a segment's, an index
+/// entry's lock) goes, so that the room for segments grows with the limit on
+/// open files and never squeezes out R's sockets:
+/// - first at [`SEGMENT_FD_FLOOR`] or above, a range nothing else uses (the
+///   kernel hands out the lowest free number), which it may fill to the limit;
+/// - when that range is full or absent (a limit of 1024 or less), at the low
+///   number it already has, provided at least [`LOW_RESERVE`] numbers below
+///   `min(limit, SEGMENT_FD_FLOOR)` stay free besides it.
+///
+/// Otherwise `Err(Error::Descriptors)`, before the limit is reached.
 pub fn place_high(low: File) -> Result<File> {
     use std::os::unix::io::FromRawFd;
     let limit = open_files_limit();
-    let placed = if limit > SEGMENT_FD_FLOOR as u64 + FD_HEADROOM && low.as_raw_fd() < SEGMENT_FD_FLOOR {
+    if low.as_raw_fd() >= SEGMENT_FD_FLOOR {
+        return Ok(low);
+    }
+    if limit > SEGMENT_FD_FLOOR as u64 {
         // SAFETY: duplicating a descriptor we own.
         let high = unsafe { libc::fcntl(low.as_raw_fd(), libc::F_DUPFD_CLOEXEC, SEGMENT_FD_FLOOR) };
-        if high < 0 {
-            return Err(descriptors_error());
+        if high >= 0 {
+            // SAFETY: `high` is a fresh descriptor owned by nobody else.
+            return Ok(unsafe { File::from_raw_fd(high) });
         }
-        // SAFETY: `high` is a fresh descriptor owned by nobody else.
-        unsafe { File::from_raw_fd(high) }
-    } else {
-        low
-    };
-    if placed.as_raw_fd() as u64 + FD_HEADROOM >= limit {
+    }
+    let cap = limit.min(SEGMENT_FD_FLOOR as u64) as i32;
+    if free_descriptors_above(low.as_raw_fd(), cap) < LOW_RESERVE {
         return Err(descriptors_error());
     }
-    Ok(placed)
+    Ok(low)
+}
+
+/// How many descriptor numbers in (fd, cap) are free. The kernel hands out the
+/// lowest free number, so a new descriptor has none free below it.
+fn free_descriptors_above(fd: i32, cap: i32) -> usize {
+    // SAFETY: F_GETFD only asks whether a number is open; it changes nothing.
+    ((fd + 1)..cap).filter(|&n| unsafe { libc::fcntl(n, libc::F_GETFD) } < 0).count()
+}
+
+/// Take a shared lock on `file`'s open file description, without waiting. It
+/// lasts until every descriptor of that description is closed (by the kernel
+/// too, at any exit), whatever namespace the process runs in.
+pub fn lock_shared(file: &File) -> std::io::Result<()> {
+    // SAFETY: flock on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Try to take an exclusive lock on `file`'s open file description without
+/// waiting: `Ok(true)` when granted (no other open file description of the
+/// file holds a lock), `Ok(false)` when another one holds a lock. The lock
+/// goes when `file` is closed.
+pub fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
 }
 
 fn descriptors_error() -> Error {

@@ -4,7 +4,7 @@
 //! Views hold `Arc<Segment>`; when the last one goes, the mapping is unmapped
 //! and, in the holder, the descriptor closed.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::index;
 use crate::locator::Locator;
 use crate::segment::{Contents, Handover, Segment};
@@ -49,8 +49,9 @@ struct State {
     /// token -> (mapping, the [`mark`] at which this process created the
     /// segment; 0 for one it opened)
     mappings: HashMap<[u8; 16], (Weak<Segment>, u64)>,
-    /// name -> (segment, index base it is published under)
-    registered: HashMap<String, (Arc<Segment>, PathBuf)>,
+    /// name -> (segment, index base it is published under, the lock that keeps
+    /// its index entry alive)
+    registered: HashMap<String, (Arc<Segment>, PathBuf, index::Claim)>,
 }
 
 static STATE: Lazy<Mutex<State>> = Lazy::new(|| Mutex::new(State::default()));
@@ -132,20 +133,42 @@ pub fn release_made_since(mark: u64) -> usize {
 /// Hold a named segment until [`release`] and publish it under its name in
 /// the index under `base` (memshare's registerVariables).
 pub fn register(base: &Path, seg: Arc<Segment>) -> Result<()> {
-    index::publish(base, seg.name(), &seg.locator())?;
-    state().registered.insert(seg.name().to_string(), (seg, base.to_path_buf()));
+    let claim = index::publish(base, seg.name(), &seg.locator())?;
+    state().registered.insert(seg.name().to_string(), (seg, base.to_path_buf(), claim));
     Ok(())
+}
+
+/// The segment registered as `name` in the index under `base`, mapped. A
+/// holder that is alive but whose segment cannot be opened from here is
+/// [`Error::Unreachable`], never a missing name.
+pub fn open_registered(base: &Path, name: &str) -> Result<Arc<Segment>> {
+    let loc = index::lookup(base, name)?;
+    match open(&loc, name) {
+        Err(Error::Missing { .. }) => match index::lookup(base, name) {
+            // still the same entry, and its holder still alive
+            Ok(again) if again.token == loc.token => {
+                Err(Error::Unreachable { name: name.to_string(), holder_pid: loc.pid })
+            }
+            Ok(_) => Err(Error::Missing { name: name.to_string() }),
+            Err(e) => Err(e),
+        },
+        other => other,
+    }
 }
 
 /// Stop holding a registered segment and withdraw its index entry; views of it
 /// in any process keep reading until they are dropped. Returns false if it was
-/// not held.
+/// not held. A forked child, which inherited the registration, withdraws
+/// nothing: the entry is its parent's.
 pub fn release(name: &str) -> bool {
     let entry = state().registered.remove(name);
     match entry {
-        Some((s, base)) => {
-            index::withdraw(&base, name, &s.token());
+        Some((s, base, claim)) => {
+            if s.owned_here() {
+                index::withdraw(&base, name, &s.token());
+            }
             s.release();
+            drop(claim); // only now may the entry be judged stale
             true
         }
         None => false,
@@ -189,7 +212,7 @@ pub fn stale() -> Vec<String> {
 /// registered (a forked child, which inherited them, withdraws nothing).
 pub fn withdraw_at_exit() {
     let st = state();
-    for (name, (seg, base)) in st.registered.iter() {
+    for (name, (seg, base, _)) in st.registered.iter() {
         if seg.owned_here() {
             index::withdraw(base, name, &seg.token());
         }

@@ -472,8 +472,12 @@ fn seal_and_map(file: &File) -> Result<(Mmap, u64, u64)> {
 }
 
 /// Does a live process still hold the descriptor `l` names, and is it still
-/// the same memory file?
-pub fn is_held(l: &Locator) -> bool {
+/// the same memory file, as far as this process can tell? It answers "could a
+/// process like this one open the segment through `l`", which is what
+/// [`Segment::is_current`] needs (when in doubt a view is sent as its data, and
+/// a view is counted as stale): nothing is ever removed on this answer. Index
+/// entries judge their holders by the kernel's locks instead ([`crate::index`]).
+fn is_held(l: &Locator) -> bool {
     use std::os::unix::fs::MetadataExt;
     os::is_alive(l.pid, l.start)
         && std::fs::metadata(format!("/proc/{}/fd/{}", l.pid, l.fd)).is_ok_and(|m| (m.dev(), m.ino()) == (l.dev, l.ino))

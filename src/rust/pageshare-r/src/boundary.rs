@@ -107,7 +107,7 @@ impl From<pageshare_core::Error> for RError {
             E::Invalid { .. } => ErrorKind::InvalidSegment,
             E::Argument(_) => ErrorKind::BadArgument,
             E::Descriptors { .. } => ErrorKind::TooManySegments,
-            E::Unsafe { .. } => ErrorKind::Permission,
+            E::Unsafe { .. } | E::Unreachable { .. } => ErrorKind::Permission,
             E::Os { source, .. } => match source.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EPERM) => ErrorKind::Permission,
                 Some(libc::ENOSPC) => ErrorKind::NoSpace,

@@ -526,7 +526,7 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
         let var_s = string_arg(var, "variable name")?;
         let dir = dir_arg(dir)?;
         let name = naming::named(&ns_s, &var_s).map_err(msg)?;
-        let seg = index::lookup(&dir, &name).and_then(|loc| registry::open(&loc, &name)).map_err(|e| match e {
+        let seg = registry::open_registered(&dir, &name).map_err(|e| match e {
             pageshare_core::Error::Missing { .. } => {
                 RError::new(ErrorKind::NotRegistered, format!("variable '{var_s}' is not registered in namespace '{ns_s}'"))
             }
