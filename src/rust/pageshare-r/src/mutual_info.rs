@@ -34,7 +34,8 @@ pub extern "C" fn ps_mutual_info(
         }
         let len = XLENGTH(x) as usize;
         let nrow = Rf_asReal(nrow);
-        if !(nrow >= 1.0) || nrow.fract() != 0.0 || len % (nrow as usize) != 0 {
+        // (a NaN row count is rejected before any comparison)
+        if nrow.is_nan() || nrow < 1.0 || nrow.fract() != 0.0 || !len.is_multiple_of(nrow as usize) {
             return Err(RError::argument("`X` must have at least one row"));
         }
         let nrow = nrow as usize;

@@ -124,8 +124,8 @@ impl Banded {
             }
             b[i] = v;
         }
-        for i in 0..m {
-            b[i] /= self.d[i];
+        for (bi, di) in b.iter_mut().zip(&self.d).take(m) {
+            *bi /= di;
         }
         for i in (0..m).rev() {
             let mut v = b[i];

@@ -276,9 +276,12 @@ fn pde_mean_over_seeds(priors: &[f64], mus: &[f64], sds: &[f64]) -> f64 {
     s / 5.0
 }
 
+/// (class probabilities, class means, class standard deviations, true MI)
+type MixtureCase<'a> = (&'a [f64], &'a [f64], &'a [f64], f64);
+
 #[test]
 fn quadrature_reproduces_the_given_answers() {
-    let cases: [(&[f64], &[f64], &[f64], f64); 6] = [
+    let cases: [MixtureCase<'_>; 6] = [
         (&[0.5, 0.5], &[0.0, 0.5], &[1.0, 1.0], 0.03031),
         (&[0.5, 0.5], &[0.0, 1.0], &[1.0, 1.0], 0.11142),
         (&[0.5, 0.5], &[0.0, 2.0], &[1.0, 1.0], 0.33683),
