@@ -52,7 +52,8 @@ impl Handle {
         let kind = Kind::from_code(code).ok_or_else(|| bad("unknown element type"))?;
         let offset = u64::from_le_bytes(r.take(8)?.try_into().expect("8"));
         let length = u64::from_le_bytes(r.take(8)?.try_into().expect("8"));
-        let locator = Locator::decode(r.take(locator::ENCODED_LEN)?).ok_or_else(|| bad("its locator is implausible"))?;
+        let locator =
+            Locator::decode(r.take(locator::ENCODED_LEN)?).ok_or_else(|| bad("its locator is implausible"))?;
         let name = r.string()?;
         if r.at != b.len() {
             return Err(bad("it has trailing bytes"));
@@ -92,7 +93,14 @@ mod tests {
     }
 
     fn kinds() -> impl Strategy<Value = Kind> {
-        prop_oneof![Just(Kind::Logical), Just(Kind::Integer), Just(Kind::Double), Just(Kind::Complex), Just(Kind::Raw), Just(Kind::Character)]
+        prop_oneof![
+            Just(Kind::Logical),
+            Just(Kind::Integer),
+            Just(Kind::Double),
+            Just(Kind::Complex),
+            Just(Kind::Raw),
+            Just(Kind::Character)
+        ]
     }
 
     proptest! {
@@ -123,7 +131,13 @@ mod tests {
     fn hostile_names_are_refused() {
         let h = Handle { locator: loc(), name: "../../etc/passwd".into(), kind: Kind::Raw, offset: 0, length: 1 };
         assert!(Handle::decode(&h.encode()).is_err());
-        let h = Handle { locator: Locator { pid: 0, ..loc() }, name: "pageshare.a.1.x".into(), kind: Kind::Raw, offset: 0, length: 1 };
+        let h = Handle {
+            locator: Locator { pid: 0, ..loc() },
+            name: "pageshare.a.1.x".into(),
+            kind: Kind::Raw,
+            offset: 0,
+            length: 1,
+        };
         assert!(Handle::decode(&h.encode()).is_err());
         let h = Handle { locator: loc(), name: "pageshare.a.1.x".into(), kind: Kind::Raw, offset: u64::MAX, length: 1 };
         assert!(Handle::decode(&h.encode()).is_err());

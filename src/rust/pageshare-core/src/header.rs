@@ -136,7 +136,9 @@ impl Header {
         phase: u64,
     ) -> Result<Header> {
         if phase >= DATA_ALIGN || !phase.is_multiple_of(ELEM_ALIGN) {
-            return Err(Error::Argument(format!("data phase {phase} is not a multiple of {ELEM_ALIGN} below {DATA_ALIGN}")));
+            return Err(Error::Argument(format!(
+                "data phase {phase} is not a multiple of {ELEM_ALIGN} below {DATA_ALIGN}"
+            )));
         }
         let too_big = || Error::Argument(format!("a vector of {length} elements is too large to share"));
         if kind.layout() == 0 && length.checked_mul(kind.elem_size()) != Some(data_len) {
@@ -146,9 +148,8 @@ impl Header {
             )));
         }
         let attr_offset = HEADER_LEN as u64;
-        let data_offset = round_up(attr_offset.checked_add(attr_len).ok_or_else(too_big)?, DATA_ALIGN)
-            .ok_or_else(too_big)?
-            + phase;
+        let data_offset =
+            round_up(attr_offset.checked_add(attr_len).ok_or_else(too_big)?, DATA_ALIGN).ok_or_else(too_big)? + phase;
         let total_size = data_offset.checked_add(data_len).ok_or_else(too_big)?;
         if total_size > i64::MAX as u64 {
             return Err(too_big());
@@ -208,9 +209,7 @@ impl Header {
         }
         let version = u32_at(bytes, 8);
         if version != VERSION {
-            return Err(bad(format!(
-                "it has format version {version}, this pageshare reads version {VERSION}"
-            )));
+            return Err(bad(format!("it has format version {version}, this pageshare reads version {VERSION}")));
         }
         let code = u32_at(bytes, 12);
         let kind = Kind::from_code(code).ok_or_else(|| bad(format!("unknown element type {code}")))?;
@@ -246,19 +245,15 @@ impl Header {
         let attr_end = h.attr_offset.checked_add(h.attr_len);
         let data_end = h.data_offset.checked_add(h.data_len);
         match (attr_end, data_end) {
-            (Some(ae), Some(de))
-                if h.attr_offset >= HEADER_LEN as u64 && ae <= h.data_offset && de <= h.total_size => {}
+            (Some(ae), Some(de)) if h.attr_offset >= HEADER_LEN as u64 && ae <= h.data_offset && de <= h.total_size => {
+            }
             _ => return Err(bad("its offsets do not fit in the file".into())),
         }
         if !h.data_offset.is_multiple_of(ELEM_ALIGN) || h.data_offset < DATA_ALIGN {
             return Err(bad("its data is not aligned".into()));
         }
         if kind.layout() == 0 && length.checked_mul(kind.elem_size()) != Some(h.data_len) {
-            return Err(bad(format!(
-                "{length} {} elements do not fill {} data bytes",
-                kind.name(),
-                h.data_len
-            )));
+            return Err(bad(format!("{length} {} elements do not fill {} data bytes", kind.name(), h.data_len)));
         }
         Ok(h)
     }

@@ -82,7 +82,10 @@ fn check_directory(dir: &Path) -> Result<()> {
         return Err(unsafe_dir(format!("it belongs to user {}, not to this process's user {}", m.uid(), os::euid())));
     }
     if m.permissions().mode() & 0o077 != 0 {
-        return Err(unsafe_dir(format!("its mode is {:o}: other users could change it", m.permissions().mode() & 0o777)));
+        return Err(unsafe_dir(format!(
+            "its mode is {:o}: other users could change it",
+            m.permissions().mode() & 0o777
+        )));
     }
     Ok(())
 }

@@ -98,10 +98,8 @@ pub fn is_ours(name: &str) -> bool {
 
 /// Check a name that came from outside (a handle) before it is joined to a path.
 pub fn validate(name: &str) -> Result<()> {
-    let ok = is_ours(name)
-        && name.len() <= MAX_NAME
-        && !name.contains('/')
-        && !name.bytes().any(|b| b < 0x20 || b == 0x7f);
+    let ok =
+        is_ours(name) && name.len() <= MAX_NAME && !name.contains('/') && !name.bytes().any(|b| b < 0x20 || b == 0x7f);
     if ok {
         Ok(())
     } else {

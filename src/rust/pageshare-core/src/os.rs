@@ -15,10 +15,7 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
     // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
     if rc != 0 {
-        return Err(Error::os(
-            format!("cannot read free space of {}", dir.display()),
-            std::io::Error::last_os_error(),
-        ));
+        return Err(Error::os(format!("cannot read free space of {}", dir.display()), std::io::Error::last_os_error()));
     }
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
@@ -251,12 +248,12 @@ pub fn open_process_memfd(pid: u32, fd: i32, prefix: &str) -> std::io::Result<Fi
     let target = std::fs::read_link(&link)?;
     let shown = target.to_string_lossy();
     if !shown.starts_with(&memfd_path(prefix)) {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("descriptor {fd} of process {pid} is {shown}")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("descriptor {fd} of process {pid} is {shown}"),
+        ));
     }
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(&link)
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC).open(&link)
 }
 
 /// This process's effective user id.
@@ -318,7 +315,9 @@ fn cgroup_limits() -> Vec<(u64, u64)> {
             if let Some(limit) = read(max).and_then(|m| m.trim().parse::<u64>().ok()).filter(|&l| l < 1 << 62) {
                 let used = read(current).and_then(|c| c.trim().parse::<u64>().ok()).unwrap_or(0);
                 let reclaimable = read("memory.stat")
-                    .and_then(|st| st.lines().find_map(|l| l.strip_prefix(cache)).and_then(|v| v.trim().parse::<u64>().ok()))
+                    .and_then(|st| {
+                        st.lines().find_map(|l| l.strip_prefix(cache)).and_then(|v| v.trim().parse::<u64>().ok())
+                    })
                     .unwrap_or(0);
                 out.push((limit, used.saturating_sub(reclaimable)));
             }
@@ -389,7 +388,8 @@ struct PageRegion {
 /// `_IOWR('f', 16, struct pm_scan_arg)` in the generic ioctl layout (x86, arm).
 /// Where the layout differs (powerpc, mips, sparc) the ioctl fails with ENOTTY
 /// and the entries are read instead.
-const PAGEMAP_SCAN: libc::c_ulong = (3 << 30) | ((std::mem::size_of::<PmScanArg>() as libc::c_ulong) << 16) | (0x66 << 8) | 16;
+const PAGEMAP_SCAN: libc::c_ulong =
+    (3 << 30) | ((std::mem::size_of::<PmScanArg>() as libc::c_ulong) << 16) | (0x66 << 8) | 16;
 const PAGE_IS_FILE: u64 = 1 << 2;
 const PAGE_IS_PRESENT: u64 = 1 << 3;
 const PAGE_IS_SWAPPED: u64 = 1 << 4;
@@ -504,7 +504,8 @@ fn private_mappings_cover(start: usize, end: usize, ok: impl Fn(Option<&str>) ->
     let mut areas: Vec<(usize, usize, bool)> = Vec::new();
     for line in maps.lines() {
         let mut f = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             return false;
         };
@@ -555,8 +556,12 @@ pub unsafe fn refill_anonymous(addr: usize, len: usize, file: &File, offset: u64
     };
     // SAFETY: on success, [addr, addr + len) is our writable anonymous memory.
     let filled = got != libc::MAP_FAILED
-        && std::os::unix::fs::FileExt::read_exact_at(file, unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }, offset)
-            .is_ok();
+        && std::os::unix::fs::FileExt::read_exact_at(
+            file,
+            unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) },
+            offset,
+        )
+        .is_ok();
     if !filled {
         eprintln!("pageshare: cannot restore {len} bytes of a vector's memory at {addr:#x}; aborting to avoid reading lost data");
         std::process::abort();
@@ -628,7 +633,10 @@ impl PrefixedMapping {
     pub fn new(file: &File, file_offset: u64, data_len: usize) -> std::io::Result<PrefixedMapping> {
         let page = page_size() as u64;
         if file_offset < page || !file_offset.is_multiple_of(8) {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "data offset below one page or unaligned"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "data offset below one page or unaligned",
+            ));
         }
         let map_start = file_offset / page * page - page;
         let lead = (file_offset - map_start) as usize;
@@ -707,7 +715,7 @@ mod tests {
         assert_eq!(has_private_pages(m.as_ptr(), m.len()), Some(true));
         assert_eq!(has_private_pages(m[16384..].as_ptr(), m.len() - 16384), Some(false));
         assert_eq!(has_private_pages(m[5000..].as_ptr(), 1), Some(true)); // an unaligned byte
-        // Both ways of asking agree (the ioctl where the kernel has it).
+                                                                          // Both ways of asking agree (the ioctl where the kernel has it).
         let page = page_size();
         let (start, end) = (m.as_ptr() as usize, m.as_ptr() as usize + m.len());
         let pagemap = || File::open("/proc/self/pagemap").unwrap();

@@ -243,8 +243,10 @@ mod tests {
     use crate::naming;
 
     fn make(name: &str) -> Arc<Segment> {
-        create(name, Contents { kind: Kind::Raw, length: 4, data_len: 4, attributes: b"" }, |d| d.copy_from_slice(b"abcd"))
-            .unwrap()
+        create(name, Contents { kind: Kind::Raw, length: 4, data_len: 4, attributes: b"" }, |d| {
+            d.copy_from_slice(b"abcd")
+        })
+        .unwrap()
     }
 
     #[test]

@@ -97,8 +97,7 @@ impl Segment {
         {
             // SAFETY: the memfd was just made by us and is reachable by no other
             // process yet (nobody knows its descriptor); its length is reserved.
-            let mut map =
-                unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::os("cannot map the new segment", e))?;
+            let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| Error::os("cannot map the new segment", e))?;
             header.ready = true;
             map[..HEADER_LEN].copy_from_slice(&header.encode());
             let a0 = header.attr_offset as usize;
@@ -145,7 +144,9 @@ impl Segment {
         let (start, end) = (data.as_ptr() as usize, data.as_ptr() as usize + data.len());
         let Handover { lo, hi } = handover;
         if lo < start || hi > end || lo > hi || lo % page != 0 || hi % page != 0 || start % page != phase as usize {
-            return Err(Error::Argument("pages to hand over must be page-aligned, inside the data, at its phase".into()));
+            return Err(Error::Argument(
+                "pages to hand over must be page-aligned, inside the data, at its phase".into(),
+            ));
         }
         // SAFETY: checked above; the rest is the caller's contract.
         unsafe { Segment::copy(name, contents, data, phase, Some(handover)) }
@@ -267,7 +268,8 @@ impl Segment {
     /// The segment made of a sealed memfd (held by this process) and its mapping.
     fn assemble(name: &str, file: File, (map, dev, ino): (Mmap, u64, u64), header: Header) -> Segment {
         let (pid, start) = self_identity();
-        let origin = Locator { pid, start, fd: file.as_raw_fd(), dev, ino, size: header.total_size, token: header.token };
+        let origin =
+            Locator { pid, start, fd: file.as_raw_fd(), dev, ino, size: header.total_size, token: header.token };
         Segment {
             name: name.to_string(),
             origin: Mutex::new(origin),
@@ -603,8 +605,8 @@ mod tests {
     #[test]
     fn a_source_handed_over_in_chunks_reads_the_same_and_writes_stay_private() {
         let n = 2 * HANDOVER_CHUNK + (5 << 20); // three chunks
-        // SAFETY: a malloc'd buffer (a glibc mmap()ed chunk of its own), filled,
-        // handed over, read, written and freed by this test alone.
+                                                // SAFETY: a malloc'd buffer (a glibc mmap()ed chunk of its own), filled,
+                                                // handed over, read, written and freed by this test alone.
         unsafe {
             let p = libc::malloc(n) as *mut u8;
             assert!(!p.is_null());
@@ -620,7 +622,8 @@ mod tests {
             // a misaligned request is refused before anything is written
             let bad = Handover { lo: lo + 1, hi };
             assert!(Segment::create_copy_handing_over(&name, contents(), data, phase, bad).is_err());
-            let (seg, handed) = Segment::create_copy_handing_over(&name, contents(), data, phase, Handover { lo, hi }).unwrap();
+            let (seg, handed) =
+                Segment::create_copy_handing_over(&name, contents(), data, phase, Handover { lo, hi }).unwrap();
             assert_eq!(handed, hi - lo);
             assert_eq!(seg.data(), data);
             assert!(!os::private_anonymous_covers(lo, hi));
@@ -667,7 +670,8 @@ mod tests {
         let e = Segment::open(&Locator { size: good.size + 4096, ..good }, &name).unwrap_err();
         assert!(e.to_string().contains("bytes"), "{e}");
         // an unsealed memfd of ours with the right header is not trusted
-        let (header, file) = Segment::begin(&Contents { kind: Kind::Raw, length: 0, data_len: 0, attributes: b"" }, 0, 0).unwrap();
+        let (header, file) =
+            Segment::begin(&Contents { kind: Kind::Raw, length: 0, data_len: 0, attributes: b"" }, 0, 0).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&file, &header.encode(), 0).unwrap();
         file.set_len(header.total_size).unwrap();
         let m = file.metadata().unwrap();

@@ -188,7 +188,8 @@ mod tests {
 
     #[test]
     fn empty_and_na() {
-        let items: Vec<Option<(&[u8], Encoding)>> = vec![None, Some((b"", Encoding::Native)), Some((b"ok", Encoding::Utf8))];
+        let items: Vec<Option<(&[u8], Encoding)>> =
+            vec![None, Some((b"", Encoding::Native)), Some((b"ok", Encoding::Utf8))];
         let mut buf = vec![0u8; packed_len(3, 2).unwrap() as usize];
         pack(items.clone().into_iter(), &mut buf);
         let t = StringTable::parse(&buf, 3, "t").unwrap();

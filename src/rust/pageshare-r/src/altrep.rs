@@ -43,12 +43,7 @@ pub fn class_for(kind: Kind) -> R_altrep_class_t {
 /// `x` must be a valid ALTREP SEXP.
 pub unsafe fn is_view_class(x: SEXP) -> bool {
     // SAFETY: read-only access to CLASSES after load; R_altrep_inherits reads x's class.
-    unsafe {
-        (*std::ptr::addr_of!(CLASSES))
-            .iter()
-            .flatten()
-            .any(|c| R_altrep_inherits(x, *c) != Rboolean::FALSE)
-    }
+    unsafe { (*std::ptr::addr_of!(CLASSES)).iter().flatten().any(|c| R_altrep_inherits(x, *c) != Rboolean::FALSE) }
 }
 
 /// The view behind an object R hands to one of our methods.

@@ -186,7 +186,8 @@ unsafe fn signal_pending() -> ! {
     // SAFETY: see `raise`; all calls are R's API on the main thread.
     unsafe {
         let p = &*std::ptr::addr_of!(PENDING);
-        let fields: &[&str] = if p.space.is_some() { &["message", "call", "needed", "free"] } else { &["message", "call"] };
+        let fields: &[&str] =
+            if p.space.is_some() { &["message", "call", "needed", "free"] } else { &["message", "call"] };
         let cond = Rf_protect(Rf_allocVector(SEXPTYPE::VECSXP, fields.len() as R_xlen_t));
         let names = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, fields.len() as R_xlen_t));
         for (i, f) in fields.iter().enumerate() {

@@ -69,9 +69,13 @@ pub extern "C" fn ps_mutual_info(
         // SAFETY: REAL_RO/INTEGER_RO give the data of vectors of these lengths
         // (for a view, its read-only mapping); R keeps x, y and cols alive for
         // the call, and nothing here allocates R memory while they are read.
-        let data = std::slice::from_raw_parts(if len == 0 { std::ptr::NonNull::dangling().as_ptr() } else { REAL_RO(x) }, len);
+        let data =
+            std::slice::from_raw_parts(if len == 0 { std::ptr::NonNull::dangling().as_ptr() } else { REAL_RO(x) }, len);
         let yv = std::slice::from_raw_parts(INTEGER_RO(y), nrow);
-        let cv = std::slice::from_raw_parts(if ncols == 0 { std::ptr::NonNull::dangling().as_ptr() } else { INTEGER_RO(cols) }, ncols);
+        let cv = std::slice::from_raw_parts(
+            if ncols == 0 { std::ptr::NonNull::dangling().as_ptr() } else { INTEGER_RO(cols) },
+            ncols,
+        );
         let mut values = Vec::with_capacity(ncols);
         for &c in cv {
             if c < 1 || c as usize > ncol {

@@ -130,13 +130,15 @@ unsafe fn copy_into_segment(
         let seg = if kind == Kind::Character {
             let items = string_items(x);
             let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
-            let data_len = strings::packed_len(items.len() as u64, total).ok_or_else(|| RError::argument("the character vector is too large to share"))?;
+            let data_len = strings::packed_len(items.len() as u64, total)
+                .ok_or_else(|| RError::argument("the character vector is too large to share"))?;
             let contents = Contents { kind, length: items.len() as u64, data_len, attributes: attr_blob };
             registry::create(name, contents, |dst| strings::pack(items.iter().copied(), dst)).map_err(msg)?
         } else {
             let len = XLENGTH(x) as u64;
             let bytes = (len * kind.elem_size()) as usize;
-            let data: &[u8] = if bytes > 0 { std::slice::from_raw_parts(DATAPTR_RO(x).cast::<u8>(), bytes) } else { &[] };
+            let data: &[u8] =
+                if bytes > 0 { std::slice::from_raw_parts(DATAPTR_RO(x).cast::<u8>(), bytes) } else { &[] };
             // The phase only matters for a source whose pages can be released.
             let phase = if bytes > 0 && ALTREP(x) == 0 { source_pages::phase_of(x) } else { 0 };
             let contents = Contents { kind, length: len, data_len: bytes as u64, attributes: attr_blob };
@@ -152,7 +154,8 @@ unsafe fn copy_into_segment(
     }
 }
 
-const ATTRIBUTES_FAILED: &str = "the attributes of the object could not be given to its shared view (see the error above)";
+const ATTRIBUTES_FAILED: &str =
+    "the attributes of the object could not be given to its shared view (see the error above)";
 
 // ---- entry points ---------------------------------------------------------------
 
@@ -196,7 +199,9 @@ pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, cache_limit: SEXP) 
     guard(|| unsafe {
         let n = XLENGTH(leaves);
         if n == 0 || TYPEOF(leaves) != SEXPTYPE::VECSXP || XLENGTH(attrs) != n {
-            return Err(RError::argument("share_packed() needs a non-empty list of vectors and one attribute list per vector"));
+            return Err(RError::argument(
+                "share_packed() needs a non-empty list of vectors and one attribute list per vector",
+            ));
         }
         let kind = kind_of(VECTOR_ELT(leaves, 0))?;
         for i in 0..n {
@@ -298,8 +303,7 @@ unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
             SEXPTYPE::CPLXSXP => bytes(16.0),
             SEXPTYPE::RAWSXP => bytes(1.0),
             SEXPTYPE::STRSXP => {
-                bytes(8.0)
-                    || (0..n).map(|i| LENGTH(STRING_ELT(x, i)) as f64).sum::<f64>() + n as f64 * 8.0 >= threshold
+                bytes(8.0) || (0..n).map(|i| LENGTH(STRING_ELT(x, i)) as f64).sum::<f64>() + n as f64 * 8.0 >= threshold
             }
             SEXPTYPE::VECSXP => {
                 depth < 50
@@ -491,7 +495,15 @@ pub extern "C" fn ps_namespace_variables(ns: SEXP, dir: SEXP) -> SEXP {
 
 /// registerVariables: a named segment held by this process until released.
 #[no_mangle]
-pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: SEXP, dir: SEXP, release_source: SEXP) -> SEXP {
+pub extern "C" fn ps_register(
+    ns: SEXP,
+    var: SEXP,
+    x: SEXP,
+    attrs: SEXP,
+    blob: SEXP,
+    dir: SEXP,
+    release_source: SEXP,
+) -> SEXP {
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let var = string_arg(var, "variable name")?;
@@ -514,7 +526,11 @@ pub extern "C" fn ps_register(ns: SEXP, var: SEXP, x: SEXP, attrs: SEXP, blob: S
         }
         let set = set_attributes(view, attrs);
         Rf_unprotect(1);
-        if set { Ok(view) } else { Err(RError::internal(ATTRIBUTES_FAILED)) }
+        if set {
+            Ok(view)
+        } else {
+            Err(RError::internal(ATTRIBUTES_FAILED))
+        }
     })
 }
 
@@ -527,9 +543,10 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
         let dir = dir_arg(dir)?;
         let name = naming::named(&ns_s, &var_s).map_err(msg)?;
         let seg = registry::open_registered(&dir, &name).map_err(|e| match e {
-            pageshare_core::Error::Missing { .. } => {
-                RError::new(ErrorKind::NotRegistered, format!("variable '{var_s}' is not registered in namespace '{ns_s}'"))
-            }
+            pageshare_core::Error::Missing { .. } => RError::new(
+                ErrorKind::NotRegistered,
+                format!("variable '{var_s}' is not registered in namespace '{ns_s}'"),
+            ),
             other => RError::from(other),
         })?;
         let h = seg.header().clone();
@@ -568,7 +585,11 @@ pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
         if view_of(view).is_none() {
             return Err(RError::internal("internal: ps_set_attributes needs a view"));
         }
-        if set_attributes(view, attrs) { Ok(view) } else { Err(RError::internal(ATTRIBUTES_FAILED)) }
+        if set_attributes(view, attrs) {
+            Ok(view)
+        } else {
+            Err(RError::internal(ATTRIBUTES_FAILED))
+        }
     })
 }
 
@@ -655,7 +676,11 @@ pub extern "C" fn ps_cache_entries() -> SEXP {
 pub extern "C" fn ps_cache_evict(limit: SEXP) -> SEXP {
     guard(|| unsafe {
         let l = Rf_asReal(limit);
-        let n = if l <= 0.0 { cache::clear() } else { cache::evict_unused(if l.is_finite() { l as u64 } else { u64::MAX }) };
+        let n = if l <= 0.0 {
+            cache::clear()
+        } else {
+            cache::evict_unused(if l.is_finite() { l as u64 } else { u64::MAX })
+        };
         Ok(Rf_ScalarInteger(n as i32))
     })
 }

@@ -20,7 +20,10 @@ extern "C" {
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_lang2(s: SEXP, t: SEXP) -> SEXP;
     pub fn Rf_eval(e: SEXP, rho: SEXP) -> SEXP;
-    pub fn R_ToplevelExec(fun: Option<unsafe extern "C" fn(*mut std::os::raw::c_void)>, data: *mut std::os::raw::c_void) -> Rboolean;
+    pub fn R_ToplevelExec(
+        fun: Option<unsafe extern "C" fn(*mut std::os::raw::c_void)>,
+        data: *mut std::os::raw::c_void,
+    ) -> Rboolean;
     pub fn R_set_altraw_Elt_method(cls: R_altrep_class_t, fun: R_altraw_Elt_method_t);
     pub fn R_set_altraw_Get_region_method(cls: R_altrep_class_t, fun: R_altraw_Get_region_method_t);
     pub fn R_set_altcomplex_Elt_method(cls: R_altrep_class_t, fun: R_altcomplex_Elt_method_t);

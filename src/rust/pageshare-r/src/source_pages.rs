@@ -20,8 +20,8 @@
 
 use crate::rapi::*;
 use once_cell::sync::Lazy;
-use pageshare_core::os;
 use pageshare_core::header::{DATA_ALIGN, ELEM_ALIGN};
+use pageshare_core::os;
 use pageshare_core::segment::Handover;
 
 /// Below this the saving is not worth a mapping (and the block is not an mmap()ed chunk).

@@ -13,8 +13,8 @@
 
 use crate::rapi::*;
 use pageshare_core::header::Kind;
-use pageshare_core::segment::Segment;
 use pageshare_core::segment::MmapMut;
+use pageshare_core::segment::Segment;
 use std::cell::{Cell, RefCell};
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};

@@ -121,8 +121,8 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
         if let Some(dir) = std::env::var_os("R_SESSION_TMPDIR") {
             *SESSION_TMPDIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir.into());
         }
-        let watched = watch(pid, start as u64)
-            .map_err(|e| RError::system(format!("cannot start the watchdog thread: {e}")))?;
+        let watched =
+            watch(pid, start as u64).map_err(|e| RError::system(format!("cannot start the watchdog thread: {e}")))?;
         Ok(Rf_ScalarLogical(watched as i32))
     })
 }

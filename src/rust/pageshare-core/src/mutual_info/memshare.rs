@@ -72,10 +72,7 @@ impl Banded {
         }
         let lam2 = lambda * lambda;
         let two_lam = 2.0 * lambda;
-        let a0: Vec<f64> = b0
-            .iter()
-            .map(|b| 1.0 + (lam2 * b[1] + two_lam * b[0]))
-            .collect();
+        let a0: Vec<f64> = b0.iter().map(|b| 1.0 + (lam2 * b[1] + two_lam * b[0])).collect();
         let a1: Vec<f64> = b1.iter().map(|b| lam2 * b[1] + two_lam * b[0]).collect();
         let a2: Vec<f64> = b2.iter().map(|b| lam2 * b).collect();
         Banded::factor(&a0, &a1, &a2)
@@ -160,9 +157,7 @@ pub fn smoothed_table(xs: &[f64], cs: &[u32], k: usize) -> Option<Smoothed> {
         return None;
     }
     let grid = r_seq(xs[0] - radius, xs[n - 1] + radius, GRID);
-    let mids: Vec<f64> = (0..GRID - 1)
-        .map(|i| grid[i] + 0.5 * (grid[i + 1] - grid[i]))
-        .collect();
+    let mids: Vec<f64> = (0..GRID - 1).map(|i| grid[i] + 0.5 * (grid[i + 1] - grid[i])).collect();
     // Present classes in order, and their column.
     let mut sizes_all = vec![0usize; k];
     for &c in cs {
@@ -198,13 +193,7 @@ pub fn smoothed_table(xs: &[f64], cs: &[u32], k: usize) -> Option<Smoothed> {
     for col in s.chunks_mut(GRID) {
         smoother.solve(col);
     }
-    Some(Smoothed {
-        grid,
-        s,
-        sizes,
-        n,
-        radius,
-    })
+    Some(Smoothed { grid, s, sizes, n, radius })
 }
 
 /// Step 4 on a smoothed table.
@@ -215,11 +204,7 @@ pub fn mi_of_table(t: &Smoothed, eps: f64) -> f64 {
     let dx = steps.iter().sum::<f64>() / (GRID - 1) as f64;
     let mut int = 0.0;
     for col in t.s.chunks(GRID) {
-        int += col[..GRID - 1]
-            .iter()
-            .zip(&steps)
-            .map(|(v, d)| v * d)
-            .sum::<f64>();
+        int += col[..GRID - 1].iter().zip(&steps).map(|(v, d)| v * d).sum::<f64>();
     }
     let mut p = vec![0.0f64; GRID];
     for col in t.s.chunks(GRID) {
@@ -308,9 +293,7 @@ mod tests {
         f.solve(&mut z);
         // Apply A = I + l^2 D2'D2 + 2 l D1'D1 to z through its definition.
         let d1: Vec<f64> = (0..m - 1).map(|i| z[i + 1] - z[i]).collect();
-        let d2: Vec<f64> = (0..m - 2)
-            .map(|i| z[i + 2] - 2.0 * z[i + 1] + z[i])
-            .collect();
+        let d2: Vec<f64> = (0..m - 2).map(|i| z[i + 2] - 2.0 * z[i + 1] + z[i]).collect();
         let mut az = z.clone();
         for (r, v) in d1.iter().enumerate() {
             az[r] -= 2.0 * lambda * v;
@@ -322,12 +305,7 @@ mod tests {
             az[r + 2] += lambda * lambda * v;
         }
         for i in 0..m {
-            assert!(
-                (az[i] - b[i]).abs() < 1e-10,
-                "row {i}: {} vs {}",
-                az[i],
-                b[i]
-            );
+            assert!((az[i] - b[i]).abs() < 1e-10, "row {i}: {} vs {}", az[i], b[i]);
         }
         let (sb, sz): (f64, f64) = (b.iter().sum(), z.iter().sum());
         assert!((sb - sz).abs() < 1e-10);

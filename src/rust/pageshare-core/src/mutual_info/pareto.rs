@@ -53,10 +53,7 @@ pub fn pair_count(n: usize) -> u64 {
 /// bracket, then those pairs' distances are listed and the right one selected.
 pub fn kth_pair_distance(sorted: &[f64], k: u64) -> f64 {
     let n = sorted.len();
-    assert!(
-        n >= 2 && k >= 1 && k <= pair_count(n),
-        "kth_pair_distance: k out of range"
-    );
+    assert!(n >= 2 && k >= 1 && k <= pair_count(n), "kth_pair_distance: k out of range");
     let zeros = count_pairs_within(sorted, 0.0);
     if zeros >= k {
         return 0.0;
@@ -107,9 +104,7 @@ pub fn kth_pair_distance(sorted: &[f64], k: u64) -> f64 {
     }
     debug_assert_eq!(within.len() as u64, chi - clo);
     let r = (k - clo - 1) as usize;
-    *within
-        .select_nth_unstable_by(r, |x, y| x.partial_cmp(y).expect("finite"))
-        .1
+    *within.select_nth_unstable_by(r, |x, y| x.partial_cmp(y).expect("finite")).1
 }
 
 /// Ultsch's size correction of the Pareto radius: times 4 / n^0.2 above 1024

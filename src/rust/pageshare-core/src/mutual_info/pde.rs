@@ -68,18 +68,11 @@ pub fn pde_mi(xs: &[f64], cs: &[u32], k: usize) -> f64 {
     let i_d = if atoms == 0 {
         0.0
     } else {
-        let cat: Vec<usize> = d
-            .iter()
-            .map(|&a| if a == usize::MAX { atoms } else { a })
-            .collect();
+        let cat: Vec<usize> = d.iter().map(|&a| if a == usize::MAX { atoms } else { a }).collect();
         plug_in_mi(&cat, cs, atoms + 1, k)
     };
     let w = cont_x.len() as f64 / n as f64;
-    let i_c = if cont_x.len() >= 2 {
-        continuous_mi(&cont_x, &cont_c, k)
-    } else {
-        0.0
-    };
+    let i_c = if cont_x.len() >= 2 { continuous_mi(&cont_x, &cont_c, k) } else { 0.0 };
     (i_d + w * i_c).max(0.0)
 }
 
@@ -94,15 +87,8 @@ pub fn continuous_mi(xs: &[f64], cs: &[u32], k: usize) -> f64 {
     if present.len() < 2 {
         return 0.0;
     }
-    let mut radius: Vec<f64> = (0..k)
-        .map(|c| {
-            if by_class[c].len() < MIN_OWN_RADIUS {
-                0.0
-            } else {
-                pareto_radius(&by_class[c])
-            }
-        })
-        .collect();
+    let mut radius: Vec<f64> =
+        (0..k).map(|c| if by_class[c].len() < MIN_OWN_RADIUS { 0.0 } else { pareto_radius(&by_class[c]) }).collect();
     if present.iter().any(|&c| radius[c] <= 0.0) {
         let pooled = pareto_radius(xs);
         if pooled <= 0.0 {

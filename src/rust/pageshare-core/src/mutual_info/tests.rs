@@ -10,12 +10,7 @@ use proptest::prelude::*;
 const EPS: f64 = f64::EPSILON * 1000.0;
 
 fn opts(method: Method) -> Options {
-    Options {
-        method,
-        eps: EPS,
-        na_rm: false,
-        discrete: false,
-    }
+    Options { method, eps: EPS, na_rm: false, discrete: false }
 }
 
 fn mi(x: &[f64], y: &[i32], method: Method) -> f64 {
@@ -25,11 +20,7 @@ fn mi(x: &[f64], y: &[i32], method: Method) -> f64 {
 
 /// Sorted copy and 0-based classes, as `column_mi` hands them on.
 fn sorted(x: &[f64], y: &[i32]) -> (Vec<f64>, Vec<u32>) {
-    let mut p: Vec<(f64, u32)> = x
-        .iter()
-        .copied()
-        .zip(y.iter().map(|&c| (c - 1) as u32))
-        .collect();
+    let mut p: Vec<(f64, u32)> = x.iter().copied().zip(y.iter().map(|&c| (c - 1) as u32)).collect();
     p.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then(a.1.cmp(&b.1)));
     p.into_iter().unzip()
 }
@@ -56,22 +47,12 @@ impl Rng {
 
 /// n points: class sizes from the priors (rounded, summing to n), each class
 /// N(mu_c, sd_c^2).
-fn gaussian_classes(
-    rng: &mut Rng,
-    n: usize,
-    priors: &[f64],
-    mus: &[f64],
-    sds: &[f64],
-) -> (Vec<f64>, Vec<i32>) {
+fn gaussian_classes(rng: &mut Rng, n: usize, priors: &[f64], mus: &[f64], sds: &[f64]) -> (Vec<f64>, Vec<i32>) {
     let mut x = Vec::with_capacity(n);
     let mut y = Vec::with_capacity(n);
     let mut done = 0;
     for c in 0..priors.len() {
-        let nc = if c + 1 == priors.len() {
-            n - done
-        } else {
-            (priors[c] * n as f64).round() as usize
-        };
+        let nc = if c + 1 == priors.len() { n - done } else { (priors[c] * n as f64).round() as usize };
         done += nc;
         for _ in 0..nc {
             x.push(mus[c] + sds[c] * rng.norm());
@@ -83,12 +64,8 @@ fn gaussian_classes(
 
 /// I(X; Y) of a Gaussian mixture: H(X) (by quadrature) - sum_c pi_c H(N(mu_c, sd_c^2)).
 fn mixture_truth(priors: &[f64], mus: &[f64], sds: &[f64]) -> f64 {
-    let lo = (0..mus.len())
-        .map(|c| mus[c] - 14.0 * sds[c])
-        .fold(f64::INFINITY, f64::min);
-    let hi = (0..mus.len())
-        .map(|c| mus[c] + 14.0 * sds[c])
-        .fold(f64::NEG_INFINITY, f64::max);
+    let lo = (0..mus.len()).map(|c| mus[c] - 14.0 * sds[c]).fold(f64::INFINITY, f64::min);
+    let hi = (0..mus.len()).map(|c| mus[c] + 14.0 * sds[c]).fold(f64::NEG_INFINITY, f64::max);
     let m = 400_000;
     let h = (hi - lo) / m as f64;
     let dens = |x: f64| -> f64 {
@@ -109,11 +86,7 @@ fn mixture_truth(priors: &[f64], mus: &[f64], sds: &[f64]) -> f64 {
     }
     hx *= h;
     let hc: f64 = (0..mus.len())
-        .map(|c| {
-            priors[c]
-                * 0.5
-                * (2.0 * std::f64::consts::PI * std::f64::consts::E * sds[c] * sds[c]).ln()
-        })
+        .map(|c| priors[c] * 0.5 * (2.0 * std::f64::consts::PI * std::f64::consts::E * sds[c] * sds[c]).ln())
         .sum();
     hx - hc
 }
@@ -121,16 +94,12 @@ fn mixture_truth(priors: &[f64], mus: &[f64], sds: &[f64]) -> f64 {
 /// The class sizes of the stand-in for the paper's data: the 32 sizes issue 14
 /// gives (they sum to 10,263) scaled to N = 10,446 (largest remainders).
 const PAPER_SIZES: [usize; 32] = [
-    1115, 555, 543, 529, 525, 524, 514, 510, 506, 477, 465, 422, 415, 381, 378, 309, 295, 264, 187,
-    182, 181, 169, 169, 154, 153, 121, 89, 81, 80, 67, 49, 37,
+    1115, 555, 543, 529, 525, 524, 514, 510, 506, 477, 465, 422, 415, 381, 378, 309, 295, 264, 187, 182, 181, 169, 169,
+    154, 153, 121, 89, 81, 80, 67, 49, 37,
 ];
 
 fn paper_classes() -> Vec<i32> {
-    PAPER_SIZES
-        .iter()
-        .enumerate()
-        .flat_map(|(c, &s)| std::iter::repeat_n(c as i32 + 1, s))
-        .collect()
+    PAPER_SIZES.iter().enumerate().flat_map(|(c, &s)| std::iter::repeat_n(c as i32 + 1, s)).collect()
 }
 
 // ---- memshare mode -----------------------------------------------------------
@@ -163,40 +132,21 @@ fn memshare_mode_gives_the_reference_values() {
         let (x, y) = memshare_case(case);
         let (xs, _) = sorted(&x, &y);
         let r = memshare_radius(&xs);
-        assert!(
-            (r - radius).abs() < 1e-10 * radius.max(1.0) + 5e-11,
-            "case {case}: radius {r:.10e} vs {radius:.10e}"
-        );
+        assert!((r - radius).abs() < 1e-10 * radius.max(1.0) + 5e-11, "case {case}: radius {r:.10e} vs {radius:.10e}");
         let got = mi(&x, &y, Method::Memshare);
-        assert!(
-            (got - value).abs() < 1e-9,
-            "case {case}: {got:.12} vs {value:.12}"
-        );
+        assert!((got - value).abs() < 1e-9, "case {case}: {got:.12} vs {value:.12}");
         // and the closed form
         let (xs, cs) = sorted(&x, &y);
         let t = smoothed_table(&xs, &cs, 32).unwrap();
-        assert!(
-            (closed_form(&t, EPS) - value).abs() < 1e-9,
-            "case {case}: closed form"
-        );
+        assert!((closed_form(&t, EPS) - value).abs() < 1e-9, "case {case}: closed form");
     }
 }
 
 #[test]
 fn memshare_mode_degenerate_inputs_give_zero() {
     assert_eq!(mi(&[1.0, 2.0], &[1, 2], Method::Memshare), 0.0);
-    assert_eq!(
-        mi(
-            &[3.0; 10],
-            &[1, 2, 1, 2, 1, 2, 1, 2, 1, 2],
-            Method::Memshare
-        ),
-        0.0
-    );
-    assert_eq!(
-        mi(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 1, 1], Method::Memshare),
-        0.0
-    );
+    assert_eq!(mi(&[3.0; 10], &[1, 2, 1, 2, 1, 2, 1, 2, 1, 2], Method::Memshare), 0.0);
+    assert_eq!(mi(&[1.0, 2.0, 3.0, 4.0], &[1, 1, 1, 1], Method::Memshare), 0.0);
 }
 
 proptest! {
@@ -241,24 +191,14 @@ fn discrete_x_gives_the_exact_plug_in_mi() {
     let y: Vec<i32> = (0..400).map(|i| (i % 4) + 1).collect();
     let x: Vec<f64> = y.iter().map(|&c| c as f64 * 10.0).collect();
     for method in [Method::Pde, Method::Memshare] {
-        let o = Options {
-            method,
-            eps: EPS,
-            na_rm: false,
-            discrete: true,
-        };
+        let o = Options { method, eps: EPS, na_rm: false, discrete: true };
         let v = column_mi(&x, &y, 4, &o).unwrap();
         // two identical 4-class variables: ln 4 nats = 2 bits (memshare gives 1.4988 bits)
         assert!((v - 4f64.ln()).abs() < 1e-14, "{v}");
     }
     // independent: p_ab = p_a p_b exactly
     let x2: Vec<f64> = (0..400).map(|i| ((i / 4) % 2) as f64).collect();
-    let o = Options {
-        method: Method::Pde,
-        eps: EPS,
-        na_rm: false,
-        discrete: true,
-    };
+    let o = Options { method: Method::Pde, eps: EPS, na_rm: false, discrete: true };
     assert!(column_mi(&x2, &y, 4, &o).unwrap().abs() < 1e-15);
 }
 
@@ -287,12 +227,7 @@ fn quadrature_reproduces_the_given_answers() {
         (&[0.5, 0.5], &[0.0, 2.0], &[1.0, 1.0], 0.33683),
         (&[0.5, 0.5], &[0.0, 4.0], &[1.0, 1.0], 0.63272),
         (&[0.5, 0.5], &[0.0, 0.0], &[1.0, 3.0], 0.18649),
-        (
-            &[0.7, 0.2, 0.1],
-            &[0.0, 1.5, 3.0],
-            &[1.0, 1.0, 1.0],
-            0.31861,
-        ),
+        (&[0.7, 0.2, 0.1], &[0.0, 1.5, 3.0], &[1.0, 1.0, 1.0], 0.31861),
     ];
     for (p, m, s, truth) in cases {
         let q = mixture_truth(p, m, s);
@@ -314,10 +249,7 @@ fn pde_is_within_5_percent_of_known_gaussian_answers() {
         let truth = mixture_truth(p, m, s);
         let est = pde_mean_over_seeds(p, m, s);
         let ok = (est - truth).abs() <= (0.05 * truth).max(0.005);
-        eprintln!(
-            "pde: truth {truth:.5} estimate {est:.5} ({:+.2}%)",
-            100.0 * (est / truth - 1.0)
-        );
+        eprintln!("pde: truth {truth:.5} estimate {est:.5} ({:+.2}%)", 100.0 * (est / truth - 1.0));
         assert!(ok, "truth {truth} estimate {est}");
     }
 }
@@ -340,10 +272,7 @@ fn pde_on_independent_data_with_32_classes_is_below_001() {
 fn pde_on_32_separated_classes_is_h_of_y() {
     let y = paper_classes();
     let n = y.len() as f64;
-    let hy: f64 = PAPER_SIZES
-        .iter()
-        .map(|&s| -(s as f64 / n) * (s as f64 / n).ln())
-        .sum();
+    let hy: f64 = PAPER_SIZES.iter().map(|&s| -(s as f64 / n) * (s as f64 / n).ln()).sum();
     let mut rng = Rng(5);
     let x: Vec<f64> = y.iter().map(|&c| 20.0 * c as f64 + rng.norm()).collect();
     let v = mi(&x, &y, Method::Pde);
@@ -354,28 +283,12 @@ fn pde_on_32_separated_classes_is_h_of_y() {
 #[test]
 fn pde_is_invariant_under_increasing_affine_maps() {
     let mut rng = Rng(9);
-    let (x, y) = gaussian_classes(
-        &mut rng,
-        3000,
-        &[0.5, 0.3, 0.2],
-        &[0.0, 1.0, 2.5],
-        &[1.0, 0.7, 1.5],
-    );
+    let (x, y) = gaussian_classes(&mut rng, 3000, &[0.5, 0.3, 0.2], &[0.0, 1.0, 2.5], &[1.0, 0.7, 1.5]);
     let base = mi(&x, &y, Method::Pde);
-    for (a, b) in [
-        (2.0, 0.0),
-        (0.25, -3.0),
-        (3.7, 5.2),
-        (1e-4, 2e-4),
-        (1e6, -7e5),
-        (0.01, 0.0),
-    ] {
+    for (a, b) in [(2.0, 0.0), (0.25, -3.0), (3.7, 5.2), (1e-4, 2e-4), (1e6, -7e5), (0.01, 0.0)] {
         let z: Vec<f64> = x.iter().map(|v| a * v + b).collect();
         let t = mi(&z, &y, Method::Pde);
-        assert!(
-            (t - base).abs() <= 1e-12 * base,
-            "a {a} b {b}: {t} vs {base}"
-        );
+        assert!((t - base).abs() <= 1e-12 * base, "a {a} b {b}: {t} vs {base}");
     }
     // the order of the rows does not matter
     let mut idx: Vec<usize> = (0..x.len()).collect();
@@ -408,16 +321,11 @@ fn pde_with_ties_is_the_discrete_mi() {
     let truth: f64 = (0..3)
         .map(|v| {
             let pv = 0.5 * (probs[0][v] + probs[1][v]);
-            (0..2)
-                .map(|c| 0.5 * probs[c][v] * (probs[c][v] / pv).ln())
-                .sum::<f64>()
+            (0..2).map(|c| 0.5 * probs[c][v] * (probs[c][v] / pv).ln()).sum::<f64>()
         })
         .sum();
     let v = mi(&x, &y, Method::Pde);
-    assert!(
-        v >= 0.0 && (v - truth).abs() < 0.05 * truth,
-        "{v} vs {truth}"
-    );
+    assert!(v >= 0.0 && (v - truth).abs() < 0.05 * truth, "{v} vs {truth}");
 }
 
 /// Zero-inflated classes: with probability z_c the feature is 0, else N(mu_c, 1).
@@ -450,11 +358,7 @@ fn pde_with_60_percent_zeros_matches_the_mixture_truth() {
         let mut y = Vec::new();
         for c in 0..2 {
             for _ in 0..N / 2 {
-                x.push(if rng.unif() < z[c] {
-                    0.0
-                } else {
-                    mus[c] + rng.norm()
-                });
+                x.push(if rng.unif() < z[c] { 0.0 } else { mus[c] + rng.norm() });
                 y.push(c as i32 + 1);
             }
         }
@@ -483,10 +387,7 @@ fn pde_handles_constant_tiny_and_outlying_features() {
     let before = mi(&x3, &y3, Method::Pde);
     x3[0] = 1000.0;
     let after = mi(&x3, &y3, Method::Pde);
-    assert!(
-        (before - after).abs() < 0.01 * before,
-        "{before} -> {after}"
-    );
+    assert!((before - after).abs() < 0.01 * before, "{before} -> {after}");
 }
 
 #[test]
@@ -497,10 +398,7 @@ fn non_finite_values_are_an_error_or_left_out() {
     assert_eq!(column_mi(&x, &y, 2, &o), Err(MiError::NonFinite { row: 1 }));
     let o2 = Options { na_rm: true, ..o };
     assert!(column_mi(&x, &y, 2, &o2).unwrap().is_finite());
-    assert_eq!(
-        column_mi(&x, &[1, 2, 1, 9, 1, 2], 2, &o2),
-        Err(MiError::BadClass { row: 3, code: 9 })
-    );
+    assert_eq!(column_mi(&x, &[1, 2, 1, 9, 1, 2], 2, &o2), Err(MiError::BadClass { row: 3, code: 9 }));
     // NA classes are left out
     let yn = [1, NA_CODE, 1, 2, 1, 2];
     let xf = [1.0, 99.0, 3.0, 4.0, 2.0, 0.5];
