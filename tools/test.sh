@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust core without R (cargo test: unit + proptest), then
+# Runs every test: the Rust core without R (cargo test: unit + proptest; cargo
+# fmt --check and cargo clippy -D warnings must pass too), then
 # the R package's testthat suite against the installed package. Fails if a
 # test fails or if the run left anything of pageshare behind: a process that
 # still holds a segment (memfd), an index entry, or a file in /dev/shm.
@@ -21,6 +22,10 @@ before=$(pageshare_leftovers | sort)
 echo "== cargo test"
 cargo test --quiet 2>&1 | grep -v '^$'
 cargo_status=${PIPESTATUS[0]}
+
+echo "== cargo fmt --check, cargo clippy"
+cargo fmt --check >/dev/null 2>&1 || { echo "unformatted Rust: run cargo fmt"; cargo_status=1; }
+cargo clippy --quiet --all-targets -- -D warnings || cargo_status=1
 
 echo "== R CMD INSTALL"
 R CMD INSTALL --no-multiarch . >/tmp/pageshare-install.log 2>&1 || { cat /tmp/pageshare-install.log; exit 1; }
