@@ -9,10 +9,11 @@ segments_now <- function() {
 }
 
 # Wait until the processes `pids` are gone (TRUE) or the timeout passes (FALSE).
+# A zombie is gone: killed workers are orphans, reaped late by PID 1.
 pids_gone <- function(pids, timeout = 10) {
   deadline <- Sys.time() + timeout
   repeat {
-    alive <- pids[file.exists(file.path("/proc", pids))]
+    alive <- pids[!vapply(pids, pageshare:::process_gone, logical(1))]
     if (!length(alive)) return(TRUE)
     if (Sys.time() > deadline) return(FALSE)
     Sys.sleep(0.05)

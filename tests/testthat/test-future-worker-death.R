@@ -14,16 +14,6 @@ kill_when_written <- function(pidfile, signal) {
     pidfile, signal, pidfile))), wait = FALSE)
 }
 
-# Is `pid` gone (a zombie counts: killed workers are reaped late by PID 1)?
-worker_gone <- function(pid, timeout = 10) {
-  deadline <- Sys.time() + timeout
-  while (!pageshare:::process_gone(pid)) {
-    if (Sys.time() > deadline) return(FALSE)
-    Sys.sleep(0.05)
-  }
-  TRUE
-}
-
 # One element of `n` sleeps after writing its worker's pid, until it is killed.
 victim_fun <- function(pidfile, victim) {
   force(pidfile)
@@ -70,7 +60,7 @@ for (signal in c("KILL", "TERM")) {
       err <- tryCatch(chunked_calls[[call]](4L, f), error = identity)
       expect_s3_class(err, "error")
       pid <- readLines(pidfile)
-      expect_true(worker_gone(as.integer(pid)))
+      expect_true(pids_gone(as.integer(pid)))
       expect_true(inherits(err, "FutureError") || inherits(err, "pageshare_error"), info = paste(class(err), collapse = " "))
       expect_match(conditionMessage(err), pid, fixed = TRUE)
       expect_plan_works(X)
@@ -82,7 +72,7 @@ for (signal in c("KILL", "TERM")) {
     pids <- unique(unlist(future.apply::future_lapply(1:2, function(i) { Sys.sleep(0.2); Sys.getpid() })))
     expect_length(pids, 2L)
     tools::pskill(pids[2L], if (signal == "KILL") tools::SIGKILL else tools::SIGTERM)
-    expect_true(worker_gone(pids[2L]))
+    expect_true(pids_gone(pids[2L]))
     expect_plan_works(X)
   })
 }
