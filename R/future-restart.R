@@ -71,7 +71,7 @@ heal_plan_workers <- function(future) {
 # all; `pids` as the nodes' worker pids where the nodes do not carry them.)
 nodes_out_of_step <- function(nodes, pids = vapply(nodes, node_pid, integer(1))) {
   if (!length(nodes)) return(logical())
-  gone <- vapply(pids, function(pid) !is.na(pid) && process_gone(pid), logical(1))
+  gone <- process_gone(pids)
   cons <- lapply(nodes, function(node) node[["con"]])
   valid <- vapply(cons, function(con) {
     inherits(con, "connection") && isTRUE(tryCatch(parallelly::isConnectionValid(con), error = function(e) FALSE))
@@ -90,8 +90,7 @@ node_pid <- function(node) {
 }
 
 node_process_gone <- function(node) {
-  pid <- node_pid(node)
-  !is.na(pid) && process_gone(pid)
+  process_gone(node_pid(node))
 }
 
 # A new worker for the plan whose cluster is named `name`, started the way the

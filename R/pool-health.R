@@ -4,16 +4,10 @@
 # gone, the whole pool is stopped (the next call starts a new one) and a
 # pageshare_worker_died error names the dead worker's pid and its task.
 
-# Is the process `pid` gone? A zombie (killed, not yet reaped: PSOCK workers
-# are orphans, reaped late by PID 1) is gone too.
-process_gone <- function(pid) {
-  stat <- sprintf("/proc/%d/stat", pid)
-  if (!file.exists(stat)) return(TRUE)
-  line <- tryCatch(readLines(stat, warn = FALSE), error = function(e) "")
-  # The state follows the command name, which is in parentheses.
-  state <- sub("^.*\\) ([A-Za-z]).*$", "\\1", line[1L])
-  identical(state, "Z") || identical(state, "X")
-}
+# Is each process of `pids` gone? A zombie (killed, not yet reaped: PSOCK
+# workers are orphans, reaped late by PID 1) is gone too. One reading of
+# /proc/<pid>/stat in Rust for each, the rule the watchdog uses.
+process_gone <- function(pids) .Call(ps_processes_gone, pids)
 
 # Evaluate `expr`, a call on the nodes `cl` of the pool (nothing to do for a
 # user's cluster: `on_pool` FALSE). `task_of(i)` describes the task sent to
@@ -27,7 +21,7 @@ with_pool_health <- function(expr, cl, on_pool, task_of = function(i) "its task"
     # give it a moment.
     deadline <- Sys.time() + 0.5
     repeat {
-      dead <- which(vapply(pids, process_gone, logical(1)))
+      dead <- which(process_gone(pids))
       if (length(dead) || Sys.time() > deadline) break
       Sys.sleep(0.01)
     }

@@ -78,7 +78,8 @@ replace_pool_if_out_of_step <- function() {
   pids <- pool_pids()
   bad <- which(nodes_out_of_step(cl, if (length(pids) == length(cl)) pids else rep(NA_integer_, length(cl))))
   if (!length(bad)) return(invisible(FALSE))
-  gone <- bad[vapply(bad, function(i) i <= length(pids) && process_gone(pids[i]), logical(1))]
+  known <- bad[bad <= length(pids)]
+  gone <- known[process_gone(pids[known])]
   who <- if (length(gone)) pids[gone[1L]] else if (bad[1L] <= length(pids)) pids[bad[1L]] else "?"
   stop_pool(pool)
   pageshare_warn("worker_died_idle", who)

@@ -13,7 +13,7 @@ segments_now <- function() {
 pids_gone <- function(pids, timeout = 10) {
   deadline <- Sys.time() + timeout
   repeat {
-    alive <- pids[!vapply(pids, pageshare:::process_gone, logical(1))]
+    alive <- pids[!pageshare:::process_gone(pids)]
     if (!length(alive)) return(TRUE)
     if (Sys.time() > deadline) return(FALSE)
     Sys.sleep(0.05)

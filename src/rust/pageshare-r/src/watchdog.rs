@@ -127,6 +127,28 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
     })
 }
 
+/// `ps_processes_gone(pids)`: for each pid (integer or double; NA counts as
+/// not gone), whether that process has exited: no such process, or a zombie
+/// (killed workers are orphans that PID 1 reaps late).
+#[no_mangle]
+pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
+    guard(|| unsafe {
+        let pids = Rf_protect(Rf_coerceVector(pids, SEXPTYPE::REALSXP));
+        let n = XLENGTH(pids);
+        let out = Rf_protect(Rf_allocVector(SEXPTYPE::LGLSXP, n));
+        for i in 0..n as usize {
+            let p = *REAL(pids).add(i);
+            let gone = p.is_finite()
+                && p >= 1.0
+                && p <= u32::MAX as f64
+                && !matches!(os::process_state(p as u32), Some(s) if s != 'Z' && s != 'X');
+            *LOGICAL(out).add(i) = gone as i32;
+        }
+        Rf_unprotect(2);
+        Ok(out)
+    })
+}
+
 /// `ps_process_start_time(pid)`: the start time of process `pid` (clock ticks
 /// since boot, field 22 of /proc/PID/stat) as a double, `NA` if there is no
 /// such process.
