@@ -29,6 +29,11 @@
 #'     others).}
 #'   \item{`pageshare_bad_argument`}{An argument or option has a wrong type or
 #'     value.}
+#'   \item{`pageshare_unsupported_environment`}{This environment cannot pass
+#'     segments between processes (no /proc mounted: receivers open a segment
+#'     through `/proc/<pid>/fd`); the message says what is missing. The
+#'     parallel backends then send plain data, with one `pageshare_fallback`
+#'     warning.}
 #'   \item{`pageshare_unsupported_type`}{An object of a type that cannot be
 #'     shared (an environment, a function, an external pointer ...).}
 #'   \item{`pageshare_worker_setup`}{A worker could not load pageshare or be

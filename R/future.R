@@ -74,9 +74,10 @@
 #'   (for example `rscript_startup`).
 #' @param workers Number of background R sessions (or a function returning
 #'   it), as for [future::multisession()]. The default is the number of
-#'   available cores, but at most the number of free connections less 16 (each
-#'   worker holds a connection; R has 128), as multisession does from future
-#'   1.40 on.
+#'   available cores (`parallelly::availableCores()`, or the machine's count
+#'   where that fails), but at most the number of free connections less 16
+#'   (each worker holds a connection; R has 128), as multisession does from
+#'   future 1.40 on.
 #' @param lazy If `TRUE`, the future is not launched until its value is needed.
 #' @param rscript_libs Library paths of the workers; pageshare must be
 #'   installed in one of them.
@@ -99,8 +100,7 @@
 #' }
 #' @export
 shm_multisession <- function(...,
-                             workers = max(1L, min(parallelly::availableCores(),
-                                                   parallelly::freeConnections() - 16L)),
+                             workers = pageshare:::default_worker_count(),
                              lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
                              envir = parent.frame()) {
   workers <- check_future_workers(workers)
@@ -139,8 +139,7 @@ attr(shm_multisession, "cleanup") <- function() {
 # gives it the backend's futureClasses before launchFuture(), so the run()
 # method above never runs there; launchFuture() below does the same work.
 # future 1.31 never reads this attribute.
-attr(shm_multisession, "factory") <- function(workers = max(1L, min(parallelly::availableCores(),
-                                                                    parallelly::freeConnections() - 16L)),
+attr(shm_multisession, "factory") <- function(workers = pageshare:::default_worker_count(),
                                               rscript_libs = .libPaths(), rscript_args = NULL, ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan

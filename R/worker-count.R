@@ -5,11 +5,14 @@
 # The default: the cores this process may use (parallelly::availableCores()
 # honours cgroup limits, CPU affinity and the scheduler's settings, where
 # detectCores() counts the machine's), leaving connections free for the user
-# as future does. (shm_multisession's `workers` default spells out the same
-# expression: future evaluates a plan's formals outside this namespace; a test
-# checks that the two agree.)
+# as future does. Where availableCores() fails (a /proc mounted with
+# subset=pid has no cgroup files), the machine's count. (shm_multisession's
+# `workers` default calls this with `pageshare:::`: future evaluates a plan's
+# formals outside this namespace.)
 default_worker_count <- function() {
-  as.integer(max(1L, min(parallelly::availableCores(), parallelly::freeConnections() - 16L)))
+  cores <- tryCatch(parallelly::availableCores(), error = function(e) parallel::detectCores())
+  if (!is.numeric(cores) || length(cores) != 1L || is.na(cores)) cores <- 1L
+  as.integer(max(1L, min(cores, parallelly::freeConnections() - 16L)))
 }
 
 # The most workers this session can have: each takes one connection, and R

@@ -375,9 +375,9 @@ test_that("resolved()'s shortcut leaves closed connections and other sessions' f
 })
 
 test_that("the default number of workers leaves 16 connections free, as multisession >= 1.40", {
-  default <- eval(formals(pageshare::shm_multisession)$workers)
-  expect_identical(default, max(1L, min(parallelly::availableCores(), parallelly::freeConnections() - 16L)))
-  expect_identical(eval(formals(attr(pageshare::shm_multisession, "factory"))$workers), default)
+  default <- eval(formals(pageshare::shm_multisession)$workers, globalenv())
+  expect_identical(default, as.integer(max(1L, min(parallelly::availableCores(), parallelly::freeConnections() - 16L))))
+  expect_identical(eval(formals(attr(pageshare::shm_multisession, "factory"))$workers, globalenv()), default)
   expect_identical(pageshare:::default_worker_count(), as.integer(default))   # the other front doors
 })
 

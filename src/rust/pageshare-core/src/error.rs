@@ -26,6 +26,9 @@ pub enum Error {
     Unreachable { name: String, holder_pid: u32 },
     /// The file is not a pageshare segment of this format, or is truncated.
     Invalid { name: String, why: String },
+    /// This environment cannot pass segments between processes (see
+    /// [`crate::os::check_segments_openable`]).
+    Unsupported { why: String },
     /// Bad argument from the caller.
     Argument(String),
     /// Any other OS failure, with the call that failed.
@@ -107,6 +110,11 @@ impl fmt::Display for Error {
             Error::Invalid { name, why } => {
                 write!(f, "'{name}' is not a valid pageshare segment: {why}")
             }
+            Error::Unsupported { why } => write!(
+                f,
+                "pageshare cannot share here: {why}. Mount /proc (the default in containers), \
+                 or use plain serialization (the parallel backends fall back to it by themselves)"
+            ),
             Error::Argument(msg) => write!(f, "{msg}"),
             Error::Os { what, source } => write!(f, "{what}: {source}"),
         }

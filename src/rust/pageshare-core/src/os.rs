@@ -60,6 +60,21 @@ pub fn process_state(pid: u32) -> Option<char> {
     stat_fields(pid).map(|(state, _)| state)
 }
 
+/// Has process `pid` exited? Only on evidence: it is a zombie, or the kernel
+/// says there is no such process (`kill(pid, 0)` fails with ESRCH). Where
+/// /proc cannot be read, a process that exists counts as running.
+pub fn process_exited(pid: u32) -> bool {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    if let Some(state) = process_state(pid) {
+        return state == 'Z' || state == 'X';
+    }
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// Is the process (pid, start time) still running? A zombie (exited, not yet
 /// reaped by its parent) is not: it holds no descriptors and maps nothing.
 pub fn is_alive(pid: u32, start: u64) -> bool {
@@ -254,6 +269,33 @@ pub fn open_process_memfd(pid: u32, fd: i32, prefix: &str) -> std::io::Result<Fi
         ));
     }
     std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC).open(&link)
+}
+
+/// Receivers open a segment through `/proc/<owner pid>/fd/<n>`, and owners
+/// are recognised by their start time in `/proc/<pid>/stat`. Where this
+/// process cannot see its own entries there (no /proc mounted), no process can
+/// open what it shares or see whom it receives from: sharing is refused with
+/// [`Error::Unsupported`], which the front doors turn into plain
+/// serialization. Looked at once per process.
+pub fn check_segments_openable() -> Result<()> {
+    static MISSING: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let missing = MISSING.get_or_init(|| {
+        let me = pid();
+        let fds = std::fs::read_dir(format!("/proc/{me}/fd")).is_ok();
+        let stat = start_time(me).is_some();
+        (!(fds && stat)).then(|| {
+            format!(
+                "this process does not see itself in /proc (/proc/{me}/fd {}, /proc/{me}/stat {}): /proc is \
+                 not mounted, and other processes open shared segments through /proc/<pid>/fd",
+                if fds { "readable" } else { "missing" },
+                if stat { "readable" } else { "missing" }
+            )
+        })
+    });
+    match missing {
+        None => Ok(()),
+        Some(why) => Err(Error::Unsupported { why: why.clone() }),
+    }
 }
 
 /// This process's effective user id.
@@ -681,6 +723,16 @@ impl Drop for PrefixedMapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_has_exited_only_on_evidence() {
+        assert!(!process_exited(pid()));
+        assert!(!process_exited(0));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let id = child.id();
+        child.wait().unwrap(); // reaped: no such process any more
+        assert!(process_exited(id));
+    }
 
     #[test]
     fn own_process_is_alive_and_a_wrong_start_time_is_not() {

@@ -71,6 +71,7 @@ pub fn open(locator: &Locator, name: &str) -> Result<Arc<Segment>> {
 
 /// Create a segment held by this process and remember its mapping.
 pub fn create(name: &str, contents: Contents<'_>, fill: impl FnOnce(&mut [u8])) -> Result<Arc<Segment>> {
+    crate::os::check_segments_openable()?;
     check_budget(&contents)?;
     Ok(remember(Arc::new(Segment::create(name, contents, fill)?), next_mark()))
 }
@@ -88,6 +89,7 @@ pub unsafe fn create_copy(
     phase: u64,
     handover: Option<Handover>,
 ) -> Result<(Arc<Segment>, usize)> {
+    crate::os::check_segments_openable()?;
     check_budget(&contents)?;
     let (seg, handed) = match handover {
         // SAFETY: forwarded to the caller.

@@ -496,6 +496,8 @@ fn memfd_name(token: &[u8; 16]) -> String {
 fn open_checked(l: &Locator, name: &str) -> Result<File> {
     let gone = || Error::Missing { name: name.into() };
     let invalid = |why: String| Error::Invalid { name: name.into(), why };
+    // (without /proc every owner would look gone: say why instead)
+    os::check_segments_openable()?;
     if !os::is_alive(l.pid, l.start) {
         return Err(gone());
     }

@@ -41,6 +41,8 @@ pub enum ErrorKind {
     BadArgument,
     /// An object of a type that cannot be shared.
     UnsupportedType,
+    /// An environment where segments cannot pass between processes (no /proc).
+    UnsupportedEnvironment,
     /// Any other failure of the operating system.
     System,
     /// A bug in pageshare (a panic).
@@ -59,6 +61,7 @@ impl ErrorKind {
             ErrorKind::TooManySegments => "pageshare_too_many_segments",
             ErrorKind::BadArgument => "pageshare_bad_argument",
             ErrorKind::UnsupportedType => "pageshare_unsupported_type",
+            ErrorKind::UnsupportedEnvironment => "pageshare_unsupported_environment",
             ErrorKind::System => "pageshare_system",
             ErrorKind::Internal => "pageshare_internal",
         }
@@ -108,6 +111,7 @@ impl From<pageshare_core::Error> for RError {
             E::Argument(_) => ErrorKind::BadArgument,
             E::Descriptors { .. } => ErrorKind::TooManySegments,
             E::Unsafe { .. } | E::Unreachable { .. } => ErrorKind::Permission,
+            E::Unsupported { .. } => ErrorKind::UnsupportedEnvironment,
             E::Os { source, .. } => match source.raw_os_error() {
                 Some(libc::EACCES) | Some(libc::EPERM) => ErrorKind::Permission,
                 Some(libc::ENOSPC) => ErrorKind::NoSpace,

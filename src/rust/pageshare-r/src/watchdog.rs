@@ -128,8 +128,8 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
 }
 
 /// `ps_processes_gone(pids)`: for each pid (integer or double; NA counts as
-/// not gone), whether that process has exited: no such process, or a zombie
-/// (killed workers are orphans that PID 1 reaps late).
+/// not gone), whether that process has exited (`os::process_exited`: no such
+/// process, or a zombie: killed workers are orphans that PID 1 reaps late).
 #[no_mangle]
 pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
     guard(|| unsafe {
@@ -138,10 +138,7 @@ pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
         let out = Rf_protect(Rf_allocVector(SEXPTYPE::LGLSXP, n));
         for i in 0..n as usize {
             let p = *REAL(pids).add(i);
-            let gone = p.is_finite()
-                && p >= 1.0
-                && p <= u32::MAX as f64
-                && !matches!(os::process_state(p as u32), Some(s) if s != 'Z' && s != 'X');
+            let gone = p.is_finite() && p >= 1.0 && p <= u32::MAX as f64 && os::process_exited(p as u32);
             *LOGICAL(out).add(i) = gone as i32;
         }
         Rf_unprotect(2);
