@@ -11,6 +11,7 @@ use std::path::Path;
 pub fn free_bytes(dir: &Path) -> Result<u64> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| Error::Argument("the segment directory contains a NUL byte".into()))?;
+    // SAFETY: statvfs is a plain C struct for which all-zero bytes are a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
     let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
@@ -24,6 +25,7 @@ pub fn free_bytes(dir: &Path) -> Result<u64> {
 pub fn is_tmpfs(dir: &Path) -> bool {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs is a plain C struct for which all-zero bytes are a valid value.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs.
     let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
@@ -754,6 +756,7 @@ mod tests {
         let path = dir.path().join("f");
         std::fs::write(&path, vec![1u8; len]).unwrap();
         let file = File::open(&path).unwrap();
+        // SAFETY: a private (copy-on-write) map of a file only this test knows.
         let m = unsafe { memmap2::MmapOptions::new().map_copy(&file) }.unwrap();
         (dir, m)
     }
@@ -795,10 +798,12 @@ mod tests {
         assert_eq!(read_word(addr), Some(42));
         drop(m);
         assert_eq!(read_word(addr), None); // unmapped: an error, not SIGSEGV
+                                           // SAFETY: a new anonymous mapping; nothing else is affected.
         let none = unsafe {
             libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
         };
         assert_eq!(read_word(none as usize), None); // mapped but unreadable
+                                                    // SAFETY: `none` is the 4096-byte mapping made above, used no more.
         unsafe { libc::munmap(none, 4096) };
     }
 
@@ -816,6 +821,8 @@ mod tests {
         for (offset, first, later) in [(4096u64, 7u8, 9u8), (4096 + 64, 11, 13)] {
             let m = PrefixedMapping::new(&file, offset, 6000).unwrap();
             let block = m.block(80).unwrap();
+            // SAFETY: `block` and `data()` point into the live private mapping `m`, which spans
+            // the header page and at least 5001 data bytes.
             unsafe {
                 *block = 1; // the header's page is writable (a private copy)
                 assert_eq!(*m.data(), first);

@@ -22,7 +22,21 @@ use pageshare_core::registry;
 use std::os::raw::{c_int, c_void};
 
 const KINDS: [Kind; 6] = [Kind::Double, Kind::Integer, Kind::Logical, Kind::Raw, Kind::Complex, Kind::Character];
-static mut CLASSES: [Option<R_altrep_class_t>; 6] = [None; 6];
+
+/// Our ALTREP classes, one per kind (in the order of `KINDS`), made once by
+/// [`register`] at package load.
+struct Classes([R_altrep_class_t; 6]);
+// SAFETY: a class is a pointer to an R object that R keeps for the life of the
+// process; after load it is only compared or passed to R on R's main thread,
+// never written, so sharing the values between threads cannot race.
+unsafe impl Sync for Classes {}
+// SAFETY: as for Sync: the values are never written after load.
+unsafe impl Send for Classes {}
+static CLASSES: std::sync::OnceLock<Classes> = std::sync::OnceLock::new();
+
+fn classes() -> &'static [R_altrep_class_t; 6] {
+    &CLASSES.get().expect("classes are registered at load").0
+}
 
 /// Slices shorter than this are copied (a view of a few elements would keep a
 /// whole segment alive for nothing).
@@ -33,8 +47,7 @@ fn slot(kind: Kind) -> usize {
 }
 
 pub fn class_for(kind: Kind) -> R_altrep_class_t {
-    // SAFETY: CLASSES is written once in `register`, at package load, before any view exists.
-    unsafe { (*std::ptr::addr_of!(CLASSES))[slot(kind)].expect("classes are registered at load") }
+    classes()[slot(kind)]
 }
 
 /// Is `x` (an ALTREP object) of one of our classes?
@@ -42,8 +55,9 @@ pub fn class_for(kind: Kind) -> R_altrep_class_t {
 /// # Safety
 /// `x` must be a valid ALTREP SEXP.
 pub unsafe fn is_view_class(x: SEXP) -> bool {
-    // SAFETY: read-only access to CLASSES after load; R_altrep_inherits reads x's class.
-    unsafe { (*std::ptr::addr_of!(CLASSES)).iter().flatten().any(|c| R_altrep_inherits(x, *c) != Rboolean::FALSE) }
+    let Some(classes) = CLASSES.get() else { return false };
+    // SAFETY: x is a valid ALTREP SEXP (the caller's contract); R_altrep_inherits reads its class.
+    classes.0.iter().any(|c| unsafe { R_altrep_inherits(x, *c) } != Rboolean::FALSE)
 }
 
 /// The view behind an object R hands to one of our methods.
@@ -230,9 +244,7 @@ unsafe extern "C" fn unserialize(class: SEXP, state: SEXP) -> SEXP {
 
 /// The vector type of one of our classes (given as R passes it to methods).
 fn type_of_class(class: SEXP) -> SEXPTYPE {
-    // SAFETY: read-only access to CLASSES after load.
-    let classes = unsafe { &*std::ptr::addr_of!(CLASSES) };
-    let kind = KINDS.iter().zip(classes.iter()).find(|(_, c)| c.is_some_and(|c| c.ptr == class)).map(|(k, _)| *k);
+    let kind = KINDS.iter().zip(classes().iter()).find(|(_, c)| c.ptr == class).map(|(k, _)| *k);
     match kind.unwrap_or(Kind::Raw) {
         Kind::Double => SEXPTYPE::REALSXP,
         Kind::Integer => SEXPTYPE::INTSXP,
@@ -327,6 +339,7 @@ elt_methods!(complex_elt, complex_region, Rcomplex);
 /// Once, from the package's init routine, with R's DllInfo.
 pub unsafe fn register(dll: *mut DllInfo) {
     let pkg = c"pageshare";
+    let mut made: [Option<R_altrep_class_t>; 6] = [None; 6];
     // SAFETY: R's class constructors and setters, called at load on the main thread.
     unsafe {
         for kind in KINDS {
@@ -374,7 +387,9 @@ pub unsafe fn register(dll: *mut DllInfo) {
                     R_set_altcomplex_Get_region_method(cls, Some(complex_region));
                 }
             }
-            (*std::ptr::addr_of_mut!(CLASSES))[slot(kind)] = Some(cls);
+            made[slot(kind)] = Some(cls);
         }
     }
+    // (a second load in the same process finds the classes already there)
+    let _ = CLASSES.set(Classes(made.map(|c| c.expect("every kind has a class"))));
 }

@@ -161,7 +161,15 @@ struct Pending {
     space: Option<(u64, u64)>,
 }
 
-static mut PENDING: Pending = Pending { message: [0; MSG_MAX], len: 0, class: "", space: None };
+/// The one `Pending`, in a static: R may jump out of `signal_pending`, so no
+/// lock guard or other value with a destructor may hold it.
+struct PendingCell(std::cell::UnsafeCell<Pending>);
+// SAFETY: only R's main thread raises errors (every entry point and callback
+// runs there), and `raise` finishes with the cell before signalling: there is
+// never a second access at the same time.
+unsafe impl Sync for PendingCell {}
+static PENDING: PendingCell =
+    PendingCell(std::cell::UnsafeCell::new(Pending { message: [0; MSG_MAX], len: 0, class: "", space: None }));
 
 /// Signal `err` in R as a classed condition. Never returns.
 pub fn raise(err: RError) -> ! {
@@ -173,7 +181,7 @@ pub fn raise(err: RError) -> ! {
     // SAFETY: R is single-threaded and only the main thread raises errors, so
     // nothing else touches PENDING.
     unsafe {
-        let p = &mut *std::ptr::addr_of_mut!(PENDING);
+        let p = &mut *PENDING.0.get();
         p.message[..n].copy_from_slice(&err.message.as_bytes()[..n]);
         p.len = n;
         p.class = err.kind.class();
@@ -189,7 +197,7 @@ pub fn raise(err: RError) -> ! {
 unsafe fn signal_pending() -> ! {
     // SAFETY: see `raise`; all calls are R's API on the main thread.
     unsafe {
-        let p = &*std::ptr::addr_of!(PENDING);
+        let p = &*PENDING.0.get();
         let fields: &[&str] =
             if p.space.is_some() { &["message", "call", "needed", "free"] } else { &["message", "call"] };
         let cond = Rf_protect(Rf_allocVector(SEXPTYPE::VECSXP, fields.len() as R_xlen_t));

@@ -2,7 +2,6 @@
 //! segments), the identity cache, and the `.Call` entry points registered in
 //! [`R_init_pageshare_rust`], which `src/init.c` calls from `R_init_pageshare`.
 #![deny(unsafe_op_in_unsafe_fn)]
-#![allow(clippy::missing_safety_doc)]
 
 pub mod altrep;
 pub mod boundary;

@@ -28,6 +28,7 @@ pub extern "C" fn ps_mutual_info(
     discrete: SEXP,
     base: SEXP,
 ) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         if TYPEOF(x) != SEXPTYPE::REALSXP {
             return Err(RError::argument("`X` must be a double matrix"));

@@ -162,6 +162,7 @@ const ATTRIBUTES_FAILED: &str =
 /// share(x): the view of x (itself if x is a view; the cached one if x was shared).
 #[no_mangle]
 pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, cache_limit: SEXP, release_source: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         if view_of(x).is_some() {
             return Ok(x);
@@ -196,6 +197,7 @@ pub extern "C" fn ps_share(x: SEXP, attrs: SEXP, cache_limit: SEXP, release_sour
 /// mapping for all of them.
 #[no_mangle]
 pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, cache_limit: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let n = XLENGTH(leaves);
         if n == 0 || TYPEOF(leaves) != SEXPTYPE::VECSXP || XLENGTH(attrs) != n {
@@ -286,6 +288,7 @@ pub extern "C" fn ps_share_packed(leaves: SEXP, attrs: SEXP, cache_limit: SEXP) 
 /// nothing; never says no where it would find something.
 #[no_mangle]
 pub extern "C" fn ps_worth_walking(x: SEXP, threshold: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarLogical(worth_walking(x, Rf_asReal(threshold), 0) as i32)) })
 }
 
@@ -354,6 +357,7 @@ unsafe fn vector_length(x: SEXP) -> R_xlen_t {
 
 #[no_mangle]
 pub extern "C" fn ps_is_view(x: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarLogical(view_of(x).is_some() as i32)) })
 }
 
@@ -377,6 +381,7 @@ struct Info<'a> {
 /// shared_info(x): a list describing the view, or NULL.
 #[no_mangle]
 pub extern "C" fn ps_view_info(x: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let info = if let Some(v) = view_of(x) {
             Info {
@@ -436,6 +441,7 @@ unsafe fn info_list(i: &Info<'_>) -> SEXP {
 /// Open (+1) or close (-1) a handle scope; returns the new depth.
 #[no_mangle]
 pub extern "C" fn ps_scope(delta: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let d = Rf_asInteger(delta);
         let depth = if d > 0 {
@@ -455,6 +461,7 @@ pub extern "C" fn ps_scope(delta: SEXP) -> SEXP {
 /// Remove stale index entries (their holder is gone) under `dir`.
 #[no_mangle]
 pub extern "C" fn ps_sweep(dir: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let dir = dir_arg(dir)?;
         Ok(strings(&index::sweep(&dir).map_err(msg)?))
@@ -466,6 +473,7 @@ pub extern "C" fn ps_sweep(dir: SEXP) -> SEXP {
 /// index under `dir`). Sorted, for diagnostics and tests.
 #[no_mangle]
 pub extern "C" fn ps_list_segments(dir: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let dir = dir_arg(dir)?;
         let mut names = registry::owned();
@@ -479,6 +487,7 @@ pub extern "C" fn ps_list_segments(dir: SEXP) -> SEXP {
 /// Variables registered in `namespace` by any live process of this user.
 #[no_mangle]
 pub extern "C" fn ps_namespace_variables(ns: SEXP, dir: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let dir = dir_arg(dir)?;
@@ -504,6 +513,7 @@ pub extern "C" fn ps_register(
     dir: SEXP,
     release_source: SEXP,
 ) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let var = string_arg(var, "variable name")?;
@@ -537,6 +547,7 @@ pub extern "C" fn ps_register(
 /// A view of a named segment, bare, plus its attribute blob: list(view, blob).
 #[no_mangle]
 pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let ns_s = string_arg(ns, "namespace")?;
         let var_s = string_arg(var, "variable name")?;
@@ -565,6 +576,7 @@ pub extern "C" fn ps_retrieve(ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
 /// after a release, so only the index can tell that the name moved on.
 #[no_mangle]
 pub extern "C" fn ps_is_current(view: SEXP, ns: SEXP, var: SEXP, dir: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let var = string_arg(var, "variable name")?;
@@ -581,6 +593,7 @@ pub extern "C" fn ps_is_current(view: SEXP, ns: SEXP, var: SEXP, dir: SEXP) -> S
 
 #[no_mangle]
 pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         if view_of(view).is_none() {
             return Err(RError::internal("internal: ps_set_attributes needs a view"));
@@ -595,6 +608,7 @@ pub extern "C" fn ps_set_attributes(view: SEXP, attrs: SEXP) -> SEXP {
 
 #[no_mangle]
 pub extern "C" fn ps_release(ns: SEXP, var: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let ns = string_arg(ns, "namespace")?;
         let var = string_arg(var, "variable name")?;
@@ -606,6 +620,7 @@ pub extern "C" fn ps_release(ns: SEXP, var: SEXP) -> SEXP {
 /// Registered (namespace, variable) pairs held by this process: a 2-column character matrix as a list.
 #[no_mangle]
 pub extern "C" fn ps_held() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let pairs: Vec<(String, String)> = registry::held().iter().filter_map(|n| naming::parse_named(n)).collect();
         Ok(string_columns(("namespace", "variable"), pairs))
@@ -628,18 +643,21 @@ unsafe fn string_columns(names: (&str, &str), rows: Vec<(String, String)>) -> SE
 /// Segments mapped in this process.
 #[no_mangle]
 pub extern "C" fn ps_mapped() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(strings(&registry::mapped())) })
 }
 
 /// The number of mapped segments no live process holds any more.
 #[no_mangle]
 pub extern "C" fn ps_mapped_stale() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarInteger(registry::stale().len() as i32)) })
 }
 
 /// Release everything this process holds or owns (package unload).
 #[no_mangle]
 pub extern "C" fn ps_release_all() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let n = cache::clear() + registry::release_all() + segment::release_handoffs();
         Ok(Rf_ScalarInteger(n as i32))
@@ -648,12 +666,14 @@ pub extern "C" fn ps_release_all() -> SEXP {
 
 #[no_mangle]
 pub extern "C" fn ps_cache_size() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarInteger(cache::len() as i32)) })
 }
 
 /// The identity cache's entries: list(address, bytes, alive), for diagnostics.
 #[no_mangle]
 pub extern "C" fn ps_cache_entries() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let d = cache::describe();
         let addr: Vec<String> = d.iter().map(|e| format!("{:#x}", e.0)).collect();
@@ -674,6 +694,7 @@ pub extern "C" fn ps_cache_entries() -> SEXP {
 /// `limit` bytes (after each GC); with `limit = 0`, forget every entry.
 #[no_mangle]
 pub extern "C" fn ps_cache_evict(limit: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let l = Rf_asReal(limit);
         let n = if l <= 0.0 {
@@ -688,12 +709,14 @@ pub extern "C" fn ps_cache_evict(limit: SEXP) -> SEXP {
 /// Memory a new segment could take now (MemAvailable, or the cgroup's limit).
 #[no_mangle]
 pub extern "C" fn ps_free_bytes() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarReal(pageshare_core::os::available_memory() as f64)) })
 }
 
 /// Set the most bytes this process may hold in segments (Inf or NA: no limit).
 #[no_mangle]
 pub extern "C" fn ps_set_budget(bytes: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let b = Rf_asReal(bytes);
         registry::set_budget(if b.is_finite() && b >= 0.0 { b as u64 } else { u64::MAX });
@@ -704,6 +727,7 @@ pub extern "C" fn ps_set_budget(bytes: SEXP) -> SEXP {
 /// Receiver mode on or off (see `altrep::RECEIVER_MODE`).
 #[no_mangle]
 pub extern "C" fn ps_set_receiver_mode(on: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         crate::altrep::RECEIVER_MODE.store(Rf_asLogical(on) == 1, Ordering::Relaxed);
         Ok(nil())
@@ -713,6 +737,7 @@ pub extern "C" fn ps_set_receiver_mode(on: SEXP) -> SEXP {
 /// A pageshare task starts (TRUE) or ends (FALSE) on a worker.
 #[no_mangle]
 pub extern "C" fn ps_task_state(running: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         crate::altrep::IN_TASK.store(Rf_asLogical(running) == 1, Ordering::Relaxed);
         Ok(nil())
@@ -723,6 +748,7 @@ pub extern "C" fn ps_task_state(running: SEXP) -> SEXP {
 /// list(class = <chr>, message = <chr>); forgets them.
 #[no_mangle]
 pub extern "C" fn ps_take_receive_failures() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let taken: Vec<(&'static str, String)> =
             std::mem::take(&mut *crate::altrep::RECEIVE_FAILURES.lock().unwrap_or_else(|p| p.into_inner()));
@@ -734,12 +760,14 @@ pub extern "C" fn ps_take_receive_failures() -> SEXP {
 /// `os::descriptors_openable_by_others`)?
 #[no_mangle]
 pub extern "C" fn ps_shares_openable() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarLogical(pageshare_core::os::descriptors_openable_by_others() as i32)) })
 }
 
 /// A point to roll sharing back to: c(segments made, identity cache clock).
 #[no_mangle]
 pub extern "C" fn ps_share_mark() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let out = Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, 2));
         *REAL(out) = registry::mark() as f64;
@@ -754,6 +782,7 @@ pub extern "C" fn ps_share_mark() -> SEXP {
 /// since. Returns the number of segments let go.
 #[no_mangle]
 pub extern "C" fn ps_share_rollback(mark: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         if TYPEOF(mark) != SEXPTYPE::REALSXP || XLENGTH(mark) != 2 {
             return Err(RError::internal("internal: ps_share_rollback needs a mark made by ps_share_mark"));
@@ -767,6 +796,7 @@ pub extern "C" fn ps_share_rollback(mark: SEXP) -> SEXP {
 /// Bytes of the segments this process holds.
 #[no_mangle]
 pub extern "C" fn ps_held_bytes() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarReal(registry::held_bytes() as f64)) })
 }
 
@@ -774,12 +804,14 @@ pub extern "C" fn ps_held_bytes() -> SEXP {
 /// master before (it has received them by now).
 #[no_mangle]
 pub extern "C" fn ps_release_handoffs() -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe { Ok(Rf_ScalarInteger(segment::release_handoffs() as i32)) })
 }
 
 /// A worker handing a view to its master: stop holding it (see `Segment::disown`).
 #[no_mangle]
 pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let seg = segment_of(x).ok_or_else(|| RError::argument("`x` is not a pageshare view"))?;
         seg.disown();
@@ -790,6 +822,7 @@ pub extern "C" fn ps_disown(x: SEXP) -> SEXP {
 /// A master receiving a view from a worker: hold it from now on.
 #[no_mangle]
 pub extern "C" fn ps_adopt(x: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let seg = segment_of(x).ok_or_else(|| RError::argument("`x` is not a pageshare view"))?;
         seg.adopt().map_err(msg)?;

@@ -85,6 +85,7 @@ impl View {
                     // No pagemap: compare with the shared pages instead.
                     // SAFETY: both pointers cover bytes() readable bytes.
                     let mine = unsafe { std::slice::from_raw_parts(ptr, self.bytes()) };
+                    // SAFETY: the segment's mapping covers bytes() readable bytes while self lives.
                     let shared = unsafe { std::slice::from_raw_parts(self.shared_ptr(), self.bytes()) };
                     mine != shared
                 })
@@ -301,6 +302,7 @@ pub unsafe fn view_for_elt<'a>(x: SEXP) -> &'a View {
     let cached = LAST_VIEW.load(Ordering::Relaxed);
     // SAFETY: a non-null cached pointer is a live View (see LAST_VIEW).
     if !cached.is_null() && unsafe { (*cached).object } == x {
+        // SAFETY: as above: the cached View is live, and it is the view of `x`.
         return unsafe { &*cached };
     }
     // SAFETY: the caller's contract.

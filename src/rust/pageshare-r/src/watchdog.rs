@@ -111,6 +111,7 @@ unsafe fn pid_arg(x: SEXP, what: &str) -> Result<u32, RError> {
 /// is watched, `FALSE` if not (`pid` is this process, or no /proc).
 #[no_mangle]
 pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let pid = pid_arg(pid, "pid")?;
         let start = Rf_asReal(start_time);
@@ -132,6 +133,7 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
 /// process, or a zombie: killed workers are orphans that PID 1 reaps late).
 #[no_mangle]
 pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let pids = Rf_protect(Rf_coerceVector(pids, SEXPTYPE::REALSXP));
         let n = XLENGTH(pids);
@@ -151,6 +153,7 @@ pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
 /// such process.
 #[no_mangle]
 pub extern "C" fn ps_process_start_time(pid: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
     guard(|| unsafe {
         let pid = pid_arg(pid, "pid")?;
         Ok(Rf_ScalarReal(os::start_time(pid).map_or(R_NaReal, |s| s as f64)))
