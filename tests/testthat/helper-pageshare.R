@@ -100,3 +100,48 @@ withr_options <- function(opts, expr) {
   on.exit(options(old))
   expr
 }
+
+# Compiles a small C routine into a shared library in a temporary folder and
+# returns its path (skips visibly where nothing can be compiled). Test-only
+# probes of the operating system that R cannot ask for.
+compiled_probe <- function(name, code) {
+  dir <- tempfile(paste0(name, "-"))
+  dir.create(dir)
+  src <- file.path(dir, paste0(name, ".c"))
+  writeLines(code, src)
+  out <- suppressWarnings(system2(file.path(R.home("bin"), "R"), c("CMD", "SHLIB", shQuote(src)),
+                                  stdout = TRUE, stderr = TRUE))
+  so <- sub("\\.c$", .Platform$dynlib.ext, src)
+  testthat::skip_if_not(file.exists(so), paste("cannot compile a test routine:", paste(out, collapse = " ")))
+  so
+}
+
+# A library whose routine `tcp_nodelay` lists, for each connected TCP socket of
+# the calling process, whether TCP_NODELAY is on (Nagle's algorithm off).
+nodelay_probe <- function() {
+  compiled_probe("nodelay", c(
+    "#include <sys/socket.h>", "#include <sys/stat.h>", "#include <netinet/in.h>", "#include <netinet/tcp.h>",
+    "void tcp_nodelay(int *n, int *on) {",
+    "  int k = 0;",
+    "  for (int fd = 0; fd < 65536 && k < *n; fd++) {",
+    "    struct stat st; if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;",
+    "    struct sockaddr_storage a; socklen_t len = sizeof a;",
+    "    if (getpeername(fd, (struct sockaddr *) &a, &len) != 0) continue;   /* connected only */",
+    "    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) continue;",
+    "    int v = 0; len = sizeof v;",
+    "    if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len) != 0) continue;",
+    "    on[k++] = v != 0;",
+    "  }",
+    "  *n = k;",
+    "}"))
+}
+
+# TCP_NODELAY of the calling process's connected TCP sockets (logical vector),
+# through the library `so` made by nodelay_probe(). Self-contained: tests send
+# it to workers.
+tcp_nodelay_states <- function(so) {
+  dyn.load(so)
+  r <- .C("tcp_nodelay", n = 1024L, on = integer(1024))
+  as.logical(r$on[seq_len(r$n)])
+}
+environment(tcp_nodelay_states) <- baseenv()

@@ -1,5 +1,5 @@
 # A pool worker killed in the middle of a call: a classed error naming its pid
-# at once, and the next call works without stop_workers(). A pool worker that
+# (how soon: inst/benchmarks), and the next call works without stop_workers(). A pool worker that
 # died while idle: the next call names it in a warning and runs on a new pool.
 
 skip_if_not_installed("foreach")
@@ -32,15 +32,12 @@ test_that("a pool worker killed during memApply(), memLapply() or foreach is rep
     pids <- pageshare:::pool_pids()
     expect_length(pids, 2L)
     pidfile <- tempfile()
-    t0 <- Sys.time()
     e <- tryCatch(pool_calls[[door]](killer_writing_to(pidfile)), error = function(e) e)
-    took <- as.numeric(difftime(Sys.time(), t0, units = "secs"))
     expect_s3_class(e, "pageshare_worker_died")
     dead <- as.integer(readLines(pidfile))
     unlink(pidfile)
     expect_true(dead %in% pids)
     expect_match(conditionMessage(e), sprintf("worker process %d ", dead), fixed = TRUE, info = door)
-    expect_lt(took, 1)
     expect_length(pageshare:::pool_pids(), 0L)          # the broken pool is gone ...
     expect_true(pids_gone(pids, timeout = 5), info = door)   # ... with all its processes
     again <- pool_calls[[door]](no_killer)              # the next call works

@@ -31,6 +31,14 @@ type_cases <- list(
   data.table = data.table::data.table(k = c("x", "y"), v = c(1.25, 2.5))
 )
 
+# A data.table carries an external pointer to itself (".internal.selfref"),
+# which identical() compares by address and which every copy renews: what
+# matters is the class, the columns and every other attribute.
+without_selfref <- function(x) {
+  if (inherits(x, "data.table")) attr(x, ".internal.selfref") <- NULL
+  x
+}
+
 test_that("every type round-trips: share, use in a worker, return from the worker", {
   cl <- local_cluster(1L)
   parallel::clusterEvalQ(cl, { library(data.table); library(tibble); NULL })
@@ -39,7 +47,7 @@ test_that("every type round-trips: share, use in a worker, return from the worke
     v <- share(x)
     expect_identical(v, x, info = nm)
     got <- roundtrip_in_worker(cl, x)
-    expect_identical(got$value, x, info = nm)
+    expect_identical(without_selfref(got$value), without_selfref(x), info = nm)
     if (length(x) > 0 && !is.data.frame(x)) expect_true(got$shared, info = nm)
     if (is.character(x)) expect_identical(Encoding(got$value), Encoding(x), info = nm)
   }

@@ -5,20 +5,11 @@
 # setpriv; an ordinary user has none anyway) whose processes turn themselves
 # non-dumpable through a small compiled routine.
 
-# Compiles the routine that makes the calling process non-dumpable; returns the
-# path of the shared library (skips visibly where nothing can be compiled).
+# The routine that makes the calling process non-dumpable.
 nondumpable_library <- function() {
-  dir <- tempfile("nondumpable-")
-  dir.create(dir)
-  src <- file.path(dir, "nondumpable.c")
-  writeLines(c("#include <sys/prctl.h>",
-               "void pageshare_test_nondumpable(int *ok) { *ok = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }"),
-             src)
-  out <- suppressWarnings(system2(file.path(R.home("bin"), "R"), c("CMD", "SHLIB", shQuote(src)),
-                                  stdout = TRUE, stderr = TRUE))
-  so <- sub("\\.c$", .Platform$dynlib.ext, src)
-  skip_if_not(file.exists(so), paste("cannot compile a test routine:", paste(out, collapse = " ")))
-  so
+  compiled_probe("nondumpable", c(
+    "#include <sys/prctl.h>",
+    "void pageshare_test_nondumpable(int *ok) { *ok = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }"))
 }
 
 # Runs `lines` (R code that saves its findings with saveRDS(x, OUT)) in a new
