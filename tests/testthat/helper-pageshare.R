@@ -5,6 +5,15 @@
 my_uid <- as.integer(system2("id", "-u", stdout = TRUE))
 am_root <- identical(my_uid, 0L)
 
+# For tests that act as root on the machine (a second user, namespaces,
+# capabilities): they run in tools/test.sh (so in CI, as root), never inside
+# R CMD check, which runs the suite to check a package, not a machine.
+skip_unless_root <- function(why) {
+  testthat::skip_if_not(am_root, paste("not root:", why))
+  testthat::skip_if(nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_")),
+                    paste("inside R CMD check (tools/test.sh runs it as root):", why))
+}
+
 # Segments this R process made and still holds (anonymous names carry the
 # maker's pid).
 own_segments <- function() {

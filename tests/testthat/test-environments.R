@@ -4,8 +4,7 @@
 # another package or misreports a live worker as dead.
 
 skip_on_os(c("windows", "mac", "solaris"))
-skip_if_not(am_root, "not root: a private mount and PID namespace (unshare) needs root")
-skip_if(nzchar(Sys.getenv("_R_CHECK_PACKAGE_NAME_")), "inside R CMD check: namespaces are tested by tools/test.sh")
+skip_unless_root("a private mount and PID namespace (unshare) needs root")
 skip_if(!nzchar(Sys.which("unshare")), "unshare (util-linux) is missing")
 
 # Runs every front door in a fresh R session inside `setup` (shell commands run

@@ -173,7 +173,7 @@ snapshot <- function(path) {
 # The second user (root only): "pageshare-test", created if absent and then
 # removed when `env` exits (after everything deferred with after = FALSE).
 local_other_user <- function(env = parent.frame()) {
-  skip_if_not(am_root, "not root: cannot create a second user, so another user's objects are not tested")
+  skip_unless_root("a second user is created to test another user's objects")
   for (tool in c("useradd", "userdel", "setpriv", "id")) {
     skip_if(!nzchar(Sys.which(tool)), paste(tool, "is missing: another user's objects are not tested"))
   }
@@ -726,7 +726,7 @@ test_that("a handle whose locator points at a FIFO, a file, a device or another 
 })
 
 test_that("a FIFO or an unsealed file named like the segment's memfd is refused (root)", {
-  skip_if_not(am_root, "not root: cannot make files in / named like a memfd")
+  skip_unless_root("files named like a memfd are made in /")
   skip_if(file.access("/", 2) != 0, "/ is not writable")
   v <- share(c(sentinel, as.double(1:1000)))
   h <- with_handles(serialize(v, NULL))

@@ -7,8 +7,7 @@
 
 test_that("an entry held in another PID namespace is never removed nor taken", {
   skip_on_os(c("windows", "mac", "solaris"))
-  uid <- as.integer(system2("id", "-u", stdout = TRUE))
-  if (uid != 0L) skip("needs root: unshare -p (a new PID namespace) needs CAP_SYS_ADMIN")
+  skip_unless_root("unshare -p (a new PID namespace) needs CAP_SYS_ADMIN")
   unshare <- Sys.which("unshare")
   if (!nzchar(unshare)) skip("needs root and util-linux's unshare")
   if (system2(unshare, c("-p", "-f", "--mount-proc", "true"), stdout = FALSE, stderr = FALSE) != 0L) {
@@ -49,7 +48,7 @@ test_that("an entry held in another PID namespace is never removed nor taken", {
   holder <- as.integer(strsplit(children, " ")[[1L]][1L])
   expect_false(is.na(holder))
 
-  index <- file.path(dir, sprintf("pageshare-%d", uid))
+  index <- file.path(dir, sprintf("pageshare-%d", my_uid))
   entry <- file.path(index, list.files(index, all.files = TRUE, no.. = TRUE))
   expect_length(entry, 1L)
   bytes <- readBin(entry, "raw", 4096L)
