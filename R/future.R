@@ -35,12 +35,19 @@
 #' instead of running on with its shared memory mapped until the future ends.
 #'
 #' @section Globals size limit:
-#' future checks the total size of a future's globals against
-#' `getOption("future.globals.maxSize")` (500 MiB when unset), and future.apply
-#' and furrr check the globals of the function they apply the same way. The
-#' limit exists to stop a large object from being copied to every worker,
-#' which `shm_multisession` does not do for what it shares, so no `options()`
-#' line is needed:
+#' The limit on a future's globals (option `future.globals.maxSize`) exists to
+#' stop a large object from being copied to every worker, which
+#' `shm_multisession` does not do for what it shares, so no `options()` line is
+#' needed. On future >= 1.40 the backend has its own limit (the option's value
+#' when the plan is set, no limit when unset): `shm_multisession` keeps it and
+#' counts each shared global at the size of its handle; the option itself is
+#' never changed. (future.apply and furrr check the globals of the function
+#' they apply against the option itself, at their full size: with a limit you
+#' lowered they stop as under `multisession`; unset, the default, they pass.)
+#' On future < 1.40, future (before any backend code runs),
+#' future.apply and furrr check every global at its full size against the
+#' option itself, and no hook lets a backend take part, so there, and only
+#' there, pageshare changes another package's option:
 #' * While `shm_multisession` is the plan, the option holds a huge value, so
 #'   that future (before any backend code runs, on future < 1.40), future.apply
 #'   and furrr let globals pass at their full size.
@@ -109,6 +116,7 @@ shm_multisession <- function(...,
   }
   # future < 1.40 sets a plan up by launching a test future with this label
   lift_globals_limit(fresh = identical(list(...)[["label"]], "future-plan-test"))
+  # (future < 1.40 only: from 1.40 on future uses the "factory" below)
   # The workers start here (when the plan is set up): see nodelay_sockets().
   rscript_args <- worker_heap_args(rscript_args)
   f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
@@ -145,7 +153,8 @@ attr(shm_multisession, "factory") <- function(workers = pageshare:::default_work
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
-  lift_globals_limit(fresh = TRUE)
+  # (future.globals.maxSize is left alone: from future 1.40 on, a backend has
+  # its own limit, maxSizeOfObjects; see validateFutureGlobals() below)
   core <- nodelay_sockets(
     future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs,
                                                rscript_args = worker_heap_args(rscript_args), ...))
@@ -503,18 +512,15 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
   nodelay_sockets(if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod())
 }
 
-# future >= 1.40 checks the globals' total size against the backend's
-# maxSizeOfObjects in the backend, before launchFuture(). The limit guards
-# against copying large objects to workers; what shm_multisession sends as a
-# handle is therefore counted as the handle: future's own check runs on the
-# globals as they will be sent (shared here; launchFuture() then finds the same
-# segments in the identity cache), measured inside the handle scope, against
-# the user's limit (see globals-limit.R). A future still above it gets
-# future's own error.
+# future >= 1.40 checks the globals' total size against the backend's own
+# limit (future.globals.maxSize when the plan was set, +Inf when unset)
+# before launchFuture(). The limit
+# guards against copying large objects to workers; what shm_multisession sends
+# as a handle is therefore counted as the handle: future's own check runs on
+# the globals as they will be sent (shared here; launchFuture() then finds the
+# same segments in the identity cache), measured inside the handle scope. A
+# future still above it gets future's own error.
 validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, ...) {
-  old_limit <- backend[["maxSizeOfObjects"]]
-  backend[["maxSizeOfObjects"]] <- serialized_limit()
-  on.exit(backend[["maxSizeOfObjects"]] <- old_limit, add = TRUE)
   if (is.infinite(backend[["maxSizeOfObjects"]])) return(NextMethod())
   orig <- future[["globals"]]
   shared <- share_globals(orig)
