@@ -154,3 +154,22 @@ tcp_nodelay_states <- function(so) {
   as.logical(r$on[seq_len(r$n)])
 }
 environment(tcp_nodelay_states) <- baseenv()
+
+# Runs R code `lines` in a fresh Rscript that loads this pageshare, from bash:
+# `shell` (shell commands such as `ulimit` or `mount`) runs first in the same
+# shell, and the shell itself runs under `wrap` (a command such as unshare or
+# setpriv) if given. The code saves its findings with saveRDS(x, OUT).
+# Returns list(saved = what it saved, or NULL; log = its output).
+run_rscript <- function(lines, shell = NULL, wrap = character(), timeout = 300) {
+  script <- tempfile(fileext = ".R")
+  out <- tempfile(fileext = ".rds")
+  writeLines(c(sprintf("OUT <- %s", deparse(out)), lines), script)
+  lib <- paste(unique(c(dirname(system.file(package = "pageshare")), .libPaths())), collapse = ":")
+  rscript <- sprintf("R_LIBS=%s %s --vanilla %s", shQuote(lib), shQuote(file.path(R.home("bin"), "Rscript")),
+                     shQuote(script))
+  cmd <- paste(c(shell, rscript), collapse = " && ")
+  args <- c(wrap[-1], if (length(wrap)) "bash", "-c", shQuote(cmd))
+  log <- suppressWarnings(system2(if (length(wrap)) wrap[1] else "bash", args, stdout = TRUE, stderr = TRUE,
+                                  timeout = timeout))
+  list(saved = if (file.exists(out)) readRDS(out), log = log)
+}

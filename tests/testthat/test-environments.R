@@ -11,9 +11,7 @@ skip_if(!nzchar(Sys.which("unshare")), "unshare (util-linux) is missing")
 # first in a private mount namespace); returns, per door, its value or error
 # class and message, and the classes of the warnings it gave.
 doors_in <- function(setup, pid_namespace = FALSE) {
-  script <- tempfile(fileext = ".R")
-  out <- tempfile(fileext = ".rds")
-  writeLines(c(
+  got <- run_rscript(c(
     "library(pageshare)",
     "X <- as.double(1:3e5)",
     "M <- matrix(X, ncol = 10)",
@@ -36,13 +34,10 @@ doors_in <- function(setup, pid_namespace = FALSE) {
     "  future = run({ future::plan(shm_multisession, workers = 2); on.exit(future::plan(future::sequential));",
     "                 future::value(future::future(sum(X))) }))",
     "stop_workers()",
-    sprintf("saveRDS(res, %s)", deparse(out))), script)
-  lib <- paste(unique(c(dirname(system.file(package = "pageshare")), .libPaths())), collapse = ":")
-  cmd <- sprintf("%s && R_LIBS=%s %s --vanilla %s", setup, lib, file.path(R.home("bin"), "Rscript"), script)
-  args <- c("-m", if (pid_namespace) c("-p", "-f"), "--propagation", "private", "bash", "-c", shQuote(cmd))
-  log <- suppressWarnings(system2("unshare", args, stdout = TRUE, stderr = TRUE, timeout = 300))
-  if (!file.exists(out)) skip(paste("this environment could not be made here:", paste(tail(log, 3), collapse = " ")))
-  readRDS(out)
+    "saveRDS(res, OUT)"),
+    shell = setup, wrap = c("unshare", "-m", if (pid_namespace) c("-p", "-f"), "--propagation", "private"))
+  if (is.null(got$saved)) skip(paste("this environment could not be made here:", paste(tail(got$log, 3), collapse = " ")))
+  got$saved
 }
 
 X <- as.double(1:3e5)

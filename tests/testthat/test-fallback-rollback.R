@@ -30,9 +30,7 @@ test_that("a future over the shared-bytes budget falls back and lets go of what 
 
 test_that("a future whose many leaves exceed the descriptors falls back and lets go of them", {
   skip_if(!nzchar(Sys.which("bash")), "bash is missing: no way to lower the open-files limit")
-  out <- tempfile(fileext = ".rds")
-  script <- tempfile(fileext = ".R")
-  writeLines(c(
+  run <- run_rscript(c(
     "library(pageshare)",
     "held <- function() { for (i in 1:3) gc(); list(bytes = .Call(pageshare:::ps_held_bytes),",
     "  descriptors = length(list.files('/proc/self/fd'))) }",
@@ -48,13 +46,10 @@ test_that("a future whose many leaves exceed the descriptors falls back and lets
     "after <- held()",
     "y <- share(as.double(1:1000))",
     "future::plan(future::sequential)",
-    sprintf("saveRDS(list(w = w, r = value, expected = sum(unlist(L)), before = before, after = after, y = is_shared(y)), %s)",
-            deparse(out))), script)
-  lib <- paste(unique(c(dirname(system.file(package = "pageshare")), .libPaths())), collapse = ":")
-  log <- suppressWarnings(system2("bash", c("-c", shQuote(sprintf("ulimit -n 1500 && R_LIBS=%s %s --vanilla %s",
-    lib, file.path(R.home("bin"), "Rscript"), script))), stdout = TRUE, stderr = TRUE))
-  expect_true(file.exists(out), info = paste(log, collapse = "\n"))
-  got <- readRDS(out)
+    "saveRDS(list(w = w, r = value, expected = sum(unlist(L)), before = before, after = after, y = is_shared(y)), OUT)"),
+    shell = "ulimit -n 1500")
+  got <- run$saved
+  expect_false(is.null(got), info = paste(run$log, collapse = "\n"))
   expect_match(got$w, "descriptor|open files|too many", ignore.case = TRUE)
   expect_identical(got$r, got$expected)
   expect_identical(got$after, got$before)

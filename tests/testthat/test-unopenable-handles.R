@@ -15,24 +15,14 @@ nondumpable_library <- function() {
 # Runs `lines` (R code that saves its findings with saveRDS(x, OUT)) in a new
 # R session without capabilities; returns what it saved.
 run_without_capabilities <- function(lines, so) {
-  script <- tempfile(fileext = ".R")
-  out <- tempfile(fileext = ".rds")
-  writeLines(c(sprintf("OUT <- %s", deparse(out)), sprintf("SO <- %s", deparse(so)),
-               "NONDUMPABLE <- function() { dyn.load(SO); .C('pageshare_test_nondumpable', ok = integer(1))$ok }",
-               lines), script)
-  rscript <- file.path(R.home("bin"), "Rscript")
-  lib <- paste(unique(c(dirname(system.file(package = "pageshare")), .libPaths())), collapse = ":")
-  env <- c(paste0("R_LIBS=", lib))
-  log <- if (am_root) {
-    skip_if(!nzchar(Sys.which("setpriv")), "setpriv is missing: capabilities cannot be dropped")
-    suppressWarnings(system2("setpriv", c("--bounding-set=-all", "--inh-caps=-all", "env", env, rscript,
-                                          "--vanilla", script), stdout = TRUE, stderr = TRUE, timeout = 300))
-  } else {
-    suppressWarnings(system2("env", c(env, rscript, "--vanilla", script), stdout = TRUE, stderr = TRUE,
-                             timeout = 300))
-  }
-  if (!file.exists(out)) stop("the scenario saved nothing: ", paste(log, collapse = "\n"))
-  readRDS(out)
+  # (as root, setpriv drops them; an ordinary user has none)
+  if (am_root) skip_if(!nzchar(Sys.which("setpriv")), "setpriv is missing: capabilities cannot be dropped")
+  got <- run_rscript(c(
+    sprintf("SO <- %s", deparse(so)),
+    "NONDUMPABLE <- function() { dyn.load(SO); .C('pageshare_test_nondumpable', ok = integer(1))$ok }",
+    lines), wrap = if (am_root) c("setpriv", "--bounding-set=-all", "--inh-caps=-all"))
+  if (is.null(got$saved)) stop("the scenario saved nothing: ", paste(got$log, collapse = "\n"))
+  got$saved
 }
 
 test_that("a future's worker that cannot open handles fails each future with a classed error and lives on", {

@@ -86,21 +86,11 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::header::tests::kinds;
     use proptest::prelude::*;
 
     fn loc() -> Locator {
         Locator { pid: 1, start: 2, fd: 1024, dev: 3, ino: 4, size: 4096, token: [5; 16] }
-    }
-
-    fn kinds() -> impl Strategy<Value = Kind> {
-        prop_oneof![
-            Just(Kind::Logical),
-            Just(Kind::Integer),
-            Just(Kind::Double),
-            Just(Kind::Complex),
-            Just(Kind::Raw),
-            Just(Kind::Character)
-        ]
     }
 
     proptest! {

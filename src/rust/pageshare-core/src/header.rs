@@ -267,11 +267,12 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn kinds() -> impl Strategy<Value = Kind> {
+    /// Every kind of segment (for property tests here and in other modules).
+    pub(crate) fn kinds() -> impl Strategy<Value = Kind> {
         prop_oneof![
             Just(Kind::Logical),
             Just(Kind::Integer),
