@@ -173,3 +173,30 @@ run_rscript <- function(lines, shell = NULL, wrap = character(), timeout = 300) 
                                   timeout = timeout))
   list(saved = if (file.exists(out)) readRDS(out), log = log)
 }
+
+# Counts the calls of the functions `names` of namespace `ns` made while
+# `expr` runs, by wrapping their bindings. (trace() cannot wrap a function of
+# a class it cannot extend, such as parallelly's cli_fcn availableCores().)
+count_calls <- function(ns, names, expr) {
+  env <- asNamespace(ns)
+  calls <- 0L
+  originals <- mget(names, envir = env)
+  swap <- function(values) {
+    for (name in names) {
+      unlockBinding(name, env)
+      assign(name, values[[name]], envir = env)
+      lockBinding(name, env)
+    }
+  }
+  counting <- lapply(originals, function(original) {
+    force(original)
+    function(...) {
+      calls <<- calls + 1L
+      original(...)
+    }
+  })
+  swap(counting)
+  on.exit(swap(originals))
+  force(expr)
+  calls
+}

@@ -171,18 +171,12 @@ test_that("a call on warm workers starts no process and counts no cores", {
   # availableCores() runs `nproc` and cost 5-9 ms per call)
   X <- matrix(rnorm(100), 10)
   for (i in 1:3) memApply(X, 2, sum)
-  calls <- 0L
-  count <- function(...) calls <<- calls + 1L
-  trace("availableCores", tracer = count, where = asNamespace("parallelly"), print = FALSE)
-  trace("system2", tracer = count, where = baseenv(), print = FALSE)
-  trace("system", tracer = count, where = baseenv(), print = FALSE)
-  on.exit({
-    untrace("availableCores", where = asNamespace("parallelly"))
-    untrace("system2", where = baseenv())
-    untrace("system", where = baseenv())
-  }, add = TRUE)
-  for (i in 1:5) memApply(X, 2, sum)
-  expect_identical(calls, 0L)
+  expect_identical(count_calls("parallelly", "availableCores", parallelly::availableCores()), 1L)
+  processes <- NA
+  cores <- count_calls("parallelly", "availableCores",
+    processes <- count_calls("base", c("system", "system2"),
+      for (i in 1:5) memApply(X, 2, sum)))
+  expect_identical(c(cores = cores, processes = processes), c(cores = 0L, processes = 0L))
 })
 
 test_that("the pool's messages do not wait for delayed ACKs: TCP_NODELAY on both ends", {
