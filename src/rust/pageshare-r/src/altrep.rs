@@ -1,6 +1,6 @@
-//! The ALTREP classes of views (one per element type), registered with R's own
-//! ALTREP C API. Methods left unset fall back to R's defaults, which read through
-//! `Dataptr`. No method materializes a view for reading:
+//! The ALTREP methods of views (one class per element type; the classes and
+//! the methods' C shells are in src/view_methods.c). Methods left unset fall
+//! back to R's defaults, which read through `Dataptr`. No method materializes a view for reading:
 //!
 //! - `Dataptr(x, writeable)`: the read-only mapping for reads; for a writeable
 //!   request, the view's private copy-on-write mapping (see `view.rs`), so that
@@ -13,8 +13,10 @@
 //!   mapping per segment, shared by all its views here) and returns a view; R
 //!   then gives it the attributes, object bit and levels it read.
 
-use crate::boundary::{guard, RError};
-use crate::rapi::*;
+use crate::boundary::{method, RError};
+use crate::faults::Site;
+use crate::r_calls::{self, Protect};
+use crate::r_sys::*;
 use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_for_elt, view_unchecked, View};
 use pageshare_core::handle::Handle;
 use pageshare_core::header::Kind;
@@ -67,69 +69,124 @@ unsafe fn this<'a>(x: SEXP) -> &'a View {
 }
 
 // ---- altrep methods -------------------------------------------------------------
+//
+// Each is called by its C shell in src/view_methods.c, which raises the error
+// of a method that returns 1 (see boundary.rs).
 
-unsafe extern "C" fn length(x: SEXP) -> R_xlen_t {
+/// # Safety
+/// R calls the shells only on objects of our classes; `out` is the shell's.
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_length(x: SEXP, out: *mut R_xlen_t) -> c_int {
     // SAFETY: x is one of our views.
-    unsafe { this(x).len as R_xlen_t }
+    unsafe { method(Site::Length, out, || Ok(this(x).len as R_xlen_t)) }
 }
 
-unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
+/// # Safety
+/// As for [`ps_view_length`].
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_dataptr(x: SEXP, writeable: Rboolean, out: *mut *mut c_void) -> c_int {
     // SAFETY: x is one of our views; data2 is NULL or its private plain copy.
     unsafe {
-        let view = this(x);
-        let d2 = R_altrep_data2(x);
-        if d2 != nil() {
-            return data_mut(d2);
-        }
-        if view.kind == Kind::Character {
-            // R wants an array of R strings: only a full copy can give it.
-            let copy = Rf_protect(plain_copy(x, view));
-            R_set_altrep_data2(x, copy);
-            Rf_unprotect(1);
-            return data_mut(copy);
-        }
-        if writeable == Rboolean::FALSE {
-            return view.data_ptr() as *mut c_void;
-        }
-        match view.writeable_ptr() {
-            Ok(p) => p.cast::<c_void>(),
-            Err(_) => {
-                // No private mapping possible (address space): a full private copy.
-                let copy = Rf_protect(plain_copy(x, view));
-                R_set_altrep_data2(x, copy);
-                Rf_unprotect(1);
-                view.read_at.set(data_mut(copy).cast::<u8>());
-                data_mut(copy)
+        method(Site::Dataptr, out, || {
+            let view = this(x);
+            let d2 = R_altrep_data2(x);
+            if d2 != nil() {
+                return Ok(data_mut(d2));
             }
-        }
+            if view.kind == Kind::Character {
+                // R wants an array of R strings: only a full copy can give it.
+                return Ok(data_mut(keep_private_copy(x, view)?));
+            }
+            if writeable == Rboolean::FALSE {
+                return Ok(view.data_ptr() as *mut c_void);
+            }
+            match view.writeable_ptr() {
+                Ok(p) => Ok(p.cast::<c_void>()),
+                Err(_) => {
+                    // No private mapping possible (address space): a full private copy.
+                    let copy = keep_private_copy(x, view)?;
+                    view.read_at.set(data_mut(copy).cast::<u8>());
+                    Ok(data_mut(copy))
+                }
+            }
+        })
     }
 }
 
-unsafe extern "C" fn dataptr_or_null(x: SEXP) -> *const c_void {
+/// A plain copy of the view kept as its data2, where every later read and
+/// write goes.
+///
+/// # Safety
+/// `x` is the view `view`, without a private copy yet.
+unsafe fn keep_private_copy(x: SEXP, view: &View) -> Result<SEXP, RError> {
+    // SAFETY: the copy is protected until data2 holds it.
+    unsafe {
+        let mut scope = Protect::new();
+        let copy = scope.protect(plain_copy(x, view)?)?;
+        R_set_altrep_data2(x, copy);
+        Ok(copy)
+    }
+}
+
+/// # Safety
+/// As for [`ps_view_length`].
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_dataptr_or_null(x: SEXP, out: *mut *const c_void) -> c_int {
     // SAFETY: x is one of our views.
     unsafe {
-        let view = this(x);
-        if view.kind == Kind::Character {
-            let d2 = R_altrep_data2(x);
-            // NULL tells R to read element by element (no materialization).
-            return if d2 != nil() { DATAPTR_RO(d2) } else { std::ptr::null() };
-        }
-        read_ptr(x, view).cast::<c_void>()
+        method(Site::DataptrOrNull, out, || {
+            let view = this(x);
+            if view.kind == Kind::Character {
+                let d2 = R_altrep_data2(x);
+                // NULL tells R to read element by element (no materialization).
+                return Ok(if d2 != nil() { DATAPTR_RO(d2) } else { std::ptr::null() });
+            }
+            Ok(read_ptr(x, view).cast::<c_void>())
+        })
     }
 }
 
 /// `x[i]` for a contiguous increasing run of indices: another view of the same
 /// segment instead of a copy. Anything else: NULL, R's own subsetting (which
 /// reads through Elt/Dataptr without copying the view).
-unsafe extern "C" fn extract_subset(x: SEXP, indx: SEXP, _call: SEXP) -> SEXP {
-    // SAFETY: x is one of our views; indx is R's index vector (integer or double).
-    unsafe {
-        let view = this(x);
-        let k = XLENGTH(indx);
-        if R_altrep_data2(x) != nil() || view.private.borrow().is_some() || k < MIN_SLICE {
-            return std::ptr::null_mut();
-        }
-        let at = |i: R_xlen_t| -> Option<i64> {
+///
+/// # Safety
+/// As for [`ps_view_length`]; `indx` is R's index vector (integer or double).
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_extract_subset(x: SEXP, indx: SEXP, out: *mut SEXP) -> c_int {
+    // SAFETY: x is one of our views; indx is R's index vector.
+    unsafe { method(Site::ExtractSubset, out, || extract_subset(x, indx)) }
+}
+
+unsafe fn extract_subset(x: SEXP, indx: SEXP) -> Result<SEXP, RError> {
+    // SAFETY: x is one of our views; data2 and the private mapping are only looked at.
+    let view = unsafe { this(x) };
+    // SAFETY: as above.
+    let (k, d2) = unsafe { (XLENGTH(indx), R_altrep_data2(x)) };
+    if d2 != nil() || view.private.borrow().is_some() || k < MIN_SLICE {
+        return Ok(std::ptr::null_mut());
+    }
+    let len = view.len as i64;
+    // (the index may be an ALTREP vector of another class, whose elements
+    // are computed by its code)
+    // SAFETY: reads k elements of an index vector of length k.
+    let first = r_calls::try_r(|| unsafe { first_of_run(indx, k, len) })?;
+    match first {
+        // SAFETY: the run first..first+k-1 lies inside the view (checked).
+        Some(first) => unsafe { make_view(view.seg.clone(), view.kind, view.offset + first as u64 - 1, k as u64) },
+        None => Ok(std::ptr::null_mut()),
+    }
+}
+
+/// The first index if `indx` (integer or double, length `k`) is a run of
+/// consecutive indices inside 1..=len, else None.
+///
+/// # Safety
+/// `indx` a vector of length `k`; may raise (an ALTREP index's own code).
+unsafe fn first_of_run(indx: SEXP, k: R_xlen_t, len: i64) -> Option<i64> {
+    let at = |i: R_xlen_t| -> Option<i64> {
+        // SAFETY: the type is checked before each element is read.
+        unsafe {
             match TYPEOF(indx) {
                 SEXPTYPE::INTSXP => {
                     let v = INTEGER_ELT(indx, i);
@@ -141,76 +198,92 @@ unsafe extern "C" fn extract_subset(x: SEXP, indx: SEXP, _call: SEXP) -> SEXP {
                 }
                 _ => None,
             }
-        };
-        let Some(first) = at(0) else { return std::ptr::null_mut() };
-        if first < 1 || first + k as i64 - 1 > view.len as i64 {
-            return std::ptr::null_mut();
         }
-        for i in 1..k {
-            if at(i) != Some(first + i as i64) {
-                return std::ptr::null_mut();
-            }
-        }
-        make_view(view.seg.clone(), view.kind, view.offset + first as u64 - 1, k as u64)
+    };
+    let first = at(0)?;
+    if first < 1 || first + k as i64 - 1 > len {
+        return None;
     }
+    (1..k).all(|i| at(i) == Some(first + i as i64)).then_some(first)
 }
 
-unsafe extern "C" fn string_elt_method(x: SEXP, i: R_xlen_t) -> SEXP {
+/// # Safety
+/// As for [`ps_view_length`]; R passes 0 <= i < length(x) of a character view.
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_string_elt(x: SEXP, i: R_xlen_t, out: *mut SEXP) -> c_int {
     // SAFETY: x is a character view; R passes 0 <= i < length(x).
     unsafe {
-        let d2 = R_altrep_data2(x);
-        if d2 != nil() {
-            return STRING_ELT(d2, i);
-        }
-        string_elt(this(x), i as usize)
+        method(Site::StringElt, out, || {
+            let d2 = R_altrep_data2(x);
+            if d2 != nil() {
+                return Ok(STRING_ELT(d2, i));
+            }
+            string_elt(this(x), i as usize)
+        })
     }
 }
 
-unsafe extern "C" fn string_set_elt(x: SEXP, i: R_xlen_t, v: SEXP) {
+/// # Safety
+/// As for [`ps_view_string_elt`]; `v` a CHARSXP.
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_string_set_elt(x: SEXP, i: R_xlen_t, v: SEXP) -> c_int {
+    let mut done = ();
     // SAFETY: x is a character view; writes go to its private copy.
     unsafe {
-        let view = this(x);
-        if R_altrep_data2(x) == nil() {
-            let copy = Rf_protect(plain_copy(x, view));
-            R_set_altrep_data2(x, copy);
-            Rf_unprotect(1);
-        }
-        SET_STRING_ELT(R_altrep_data2(x), i, v);
+        method(Site::StringSetElt, &mut done, || {
+            let view = this(x);
+            if R_altrep_data2(x) == nil() {
+                keep_private_copy(x, view)?;
+            }
+            SET_STRING_ELT(R_altrep_data2(x), i, v);
+            Ok(())
+        })
     }
 }
 
-unsafe extern "C" fn duplicate(x: SEXP, _deep: Rboolean) -> SEXP {
-    // SAFETY: x is one of our views; R copies the attributes (DuplicateEX default).
-    unsafe { plain_copy(x, this(x)) }
+/// A plain copy (counted); R copies the attributes (DuplicateEX default).
+///
+/// # Safety
+/// As for [`ps_view_length`].
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_duplicate(x: SEXP, out: *mut SEXP) -> c_int {
+    // SAFETY: x is one of our views.
+    unsafe { method(Site::Duplicate, out, || plain_copy(x, this(x))) }
 }
 
-unsafe extern "C" fn serialized_state(x: SEXP) -> SEXP {
+/// # Safety
+/// As for [`ps_view_length`].
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_serialized_state(x: SEXP, out: *mut SEXP) -> c_int {
+    // SAFETY: x is one of our views.
+    unsafe { method(Site::SerializedState, out, || serialized_state(x)) }
+}
+
+unsafe fn serialized_state(x: SEXP) -> Result<SEXP, RError> {
+    let none = Ok(std::ptr::null_mut()); // R writes the plain data
     if !in_handle_scope() {
-        return std::ptr::null_mut(); // R writes the plain data
+        return none;
     }
-    // SAFETY: x is one of our views; the raw vector is filled before it is returned.
-    unsafe {
-        let view = this(x);
-        if R_altrep_data2(x) != nil() || view.is_modified() {
-            return std::ptr::null_mut(); // written here: no longer the segment's data
-        }
-        if !view.seg.is_current() {
-            // Nobody holds the segment any more (released, its owner gone): a
-            // receiver could not open it, so it gets the data instead.
-            return std::ptr::null_mut();
-        }
-        let handle = Handle {
-            locator: view.seg.locator(),
-            name: view.seg.name().to_string(),
-            kind: view.kind,
-            offset: view.offset,
-            length: view.len,
-        }
-        .encode();
-        let raw = Rf_allocVector(SEXPTYPE::RAWSXP, handle.len() as R_xlen_t);
-        std::ptr::copy_nonoverlapping(handle.as_ptr(), RAW(raw), handle.len());
-        raw
+    // SAFETY: x is one of our views.
+    let view = unsafe { this(x) };
+    // SAFETY: as above; data2 is read only.
+    if unsafe { R_altrep_data2(x) } != nil() || view.is_modified() {
+        return none; // written here: no longer the segment's data
     }
+    if !view.seg.is_current() {
+        // Nobody holds the segment any more (released, its owner gone): a
+        // receiver could not open it, so it gets the data instead.
+        return none;
+    }
+    let handle = Handle {
+        locator: view.seg.locator(),
+        name: view.seg.name().to_string(),
+        kind: view.kind,
+        offset: view.offset,
+        length: view.len,
+    }
+    .encode();
+    r_calls::raw_vec(&handle)
 }
 
 /// In a worker (receiver mode), a handle that cannot be opened must not end the
@@ -224,22 +297,26 @@ pub static RECEIVE_FAILURES: std::sync::Mutex<Vec<(&'static str, String)>> = std
 
 /// R's unserialize() of a handle: a view of the segment the handle names. R
 /// sets the attributes, object bit and levels it read after it.
-unsafe extern "C" fn unserialize(class: SEXP, state: SEXP) -> SEXP {
-    guard(|| {
-        // SAFETY: forwarded.
-        match unsafe { open_handle(state) } {
+///
+/// # Safety
+/// R calls the shell with one of our classes and the state serialized_state wrote.
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_unserialize(class: SEXP, state: SEXP, out: *mut SEXP) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        method(Site::Unserialize, out, || match open_handle(state) {
             Err(e)
                 if RECEIVER_MODE.load(std::sync::atomic::Ordering::Relaxed)
                     && !IN_TASK.load(std::sync::atomic::Ordering::Relaxed) =>
             {
                 RECEIVE_FAILURES.lock().unwrap_or_else(|p| p.into_inner()).push((e.kind.class(), e.message));
-                // SAFETY: an empty vector of the class's type (R sets the
-                // attributes it read on whatever is returned).
-                Ok(unsafe { Rf_allocVector(type_of_class(class), 0) })
+                // An empty vector of the class's type (R sets the attributes
+                // it read on whatever is returned).
+                r_calls::alloc_vector(type_of_class(class), 0)
             }
             other => other,
-        }
-    })
+        })
+    }
 }
 
 /// The vector type of one of our classes (given as R passes it to methods).
@@ -274,122 +351,82 @@ unsafe fn open_handle(state: SEXP) -> Result<SEXP, RError> {
             return Err(RError::invalid(format!("the handle of segment '{}' does not match its contents", h.name)));
         }
         // SAFETY: the slice was checked to lie inside the segment.
-        Ok(unsafe { make_view(seg, h.kind, h.offset, h.length) })
+        unsafe { make_view(seg, h.kind, h.offset, h.length) }
     }
 }
 
-unsafe extern "C" fn inspect(
-    x: SEXP,
-    _pre: c_int,
-    _deep: c_int,
-    _pvec: c_int,
-    _subtree: Option<unsafe extern "C" fn(SEXP, c_int, c_int, c_int)>,
-) -> Rboolean {
-    // SAFETY: x is one of our views; the string is NUL-terminated and passed via %s.
+/// R's .Internal(inspect()) line for a view.
+///
+/// # Safety
+/// As for [`ps_view_length`].
+#[no_mangle]
+pub unsafe extern "C" fn ps_view_inspect(x: SEXP) -> c_int {
+    let mut done = ();
+    // SAFETY: x is one of our views; the line is NUL-terminated and passed via %s.
     unsafe {
-        let v = this(x);
-        let line = format!(
-            " pageshare view of {} [{} {}, offset {}{}]\n\0",
-            v.seg.name(),
-            v.len,
-            v.kind.name(),
-            v.offset,
-            if R_altrep_data2(x) != nil() { ", private copy" } else { "" }
-        );
-        Rprintf(c"%s".as_ptr(), line.as_ptr().cast::<std::os::raw::c_char>());
+        method(Site::Inspect, &mut done, || {
+            let v = this(x);
+            let line = format!(
+                " pageshare view of {} [{} {}, offset {}{}]\n\0",
+                v.seg.name().replace('\0', "?"),
+                v.len,
+                v.kind.name(),
+                v.offset,
+                if R_altrep_data2(x) != nil() { ", private copy" } else { "" }
+            );
+            Rprintf(c"%s".as_ptr(), line.as_ptr().cast::<std::os::raw::c_char>());
+            Ok(())
+        })
     }
-    Rboolean::TRUE
 }
 
 // ---- element access for the numeric classes ------------------------------------
 
 macro_rules! elt_methods {
     ($elt:ident, $region:ident, $t:ty) => {
-        unsafe extern "C" fn $elt(x: SEXP, i: R_xlen_t) -> $t {
+        /// # Safety
+        /// R calls the shell on one of our views with 0 <= i < length(x).
+        #[no_mangle]
+        pub unsafe extern "C" fn $elt(x: SEXP, i: R_xlen_t, out: *mut $t) -> c_int {
             // SAFETY: R passes 0 <= i < length(x); data_ptr() covers length(x)
             // elements (numeric views never use data2 unless the private mapping
             // failed, and then read_at points into data2 as well).
-            unsafe { *view_for_elt(x).data_ptr().cast::<$t>().add(i as usize) }
+            unsafe { method(Site::Elt, out, || Ok(*view_for_elt(x).data_ptr().cast::<$t>().add(i as usize))) }
         }
-        unsafe extern "C" fn $region(x: SEXP, i: R_xlen_t, n: R_xlen_t, buf: *mut $t) -> R_xlen_t {
+        /// # Safety
+        /// R calls the shell on one of our views with a buffer of `n` elements.
+        #[no_mangle]
+        pub unsafe extern "C" fn $region(x: SEXP, i: R_xlen_t, n: R_xlen_t, buf: *mut $t, out: *mut R_xlen_t) -> c_int {
             // SAFETY: copies min(n, length - i) elements into R's buffer of n elements.
             unsafe {
-                let v = this(x);
-                let len = v.len as R_xlen_t;
-                if i < 0 || i >= len || n <= 0 {
-                    return 0;
-                }
-                let k = n.min(len - i);
-                std::ptr::copy_nonoverlapping(read_ptr(x, v).cast::<$t>().add(i as usize), buf, k as usize);
-                k
+                method(Site::GetRegion, out, || {
+                    let v = this(x);
+                    let len = v.len as R_xlen_t;
+                    if i < 0 || i >= len || n <= 0 {
+                        return Ok(0);
+                    }
+                    let k = n.min(len - i);
+                    std::ptr::copy_nonoverlapping(read_ptr(x, v).cast::<$t>().add(i as usize), buf, k as usize);
+                    Ok(k)
+                })
             }
         }
     };
 }
-elt_methods!(real_elt, real_region, f64);
-elt_methods!(int_elt, int_region, c_int);
-elt_methods!(raw_elt, raw_region, Rbyte);
-elt_methods!(complex_elt, complex_region, Rcomplex);
+elt_methods!(ps_view_real_elt, ps_view_real_region, f64);
+elt_methods!(ps_view_int_elt, ps_view_int_region, c_int);
+elt_methods!(ps_view_raw_elt, ps_view_raw_region, Rbyte);
+elt_methods!(ps_view_complex_elt, ps_view_complex_region, Rcomplex);
 
-// ---- registration ----------------------------------------------------------------
-
-/// Create the classes; called from `R_init_pageshare`.
+/// Called once by `ps_register_view_classes()` (src/view_methods.c) with the
+/// classes it made, in the order of `KINDS`.
 ///
 /// # Safety
-/// Once, from the package's init routine, with R's DllInfo.
-pub unsafe fn register(dll: *mut DllInfo) {
-    let pkg = c"pageshare";
-    let mut made: [Option<R_altrep_class_t>; 6] = [None; 6];
-    // SAFETY: R's class constructors and setters, called at load on the main thread.
-    unsafe {
-        for kind in KINDS {
-            let cls = match kind {
-                Kind::Double => R_make_altreal_class(c"pageshare_double".as_ptr(), pkg.as_ptr(), dll),
-                Kind::Integer => R_make_altinteger_class(c"pageshare_integer".as_ptr(), pkg.as_ptr(), dll),
-                Kind::Logical => R_make_altlogical_class(c"pageshare_logical".as_ptr(), pkg.as_ptr(), dll),
-                Kind::Raw => R_make_altraw_class(c"pageshare_raw".as_ptr(), pkg.as_ptr(), dll),
-                Kind::Complex => R_make_altcomplex_class(c"pageshare_complex".as_ptr(), pkg.as_ptr(), dll),
-                Kind::Character => R_make_altstring_class(c"pageshare_character".as_ptr(), pkg.as_ptr(), dll),
-            };
-            R_set_altrep_Length_method(cls, Some(length));
-            R_set_altrep_Duplicate_method(cls, Some(duplicate));
-            R_set_altrep_Serialized_state_method(cls, Some(serialized_state));
-            R_set_altrep_Unserialize_method(cls, Some(unserialize));
-            R_set_altrep_Inspect_method(cls, Some(inspect));
-            R_set_altvec_Dataptr_method(cls, Some(dataptr));
-            R_set_altvec_Dataptr_or_null_method(cls, Some(dataptr_or_null));
-            R_set_altvec_Extract_subset_method(cls, Some(extract_subset));
-            match kind {
-                Kind::Double => {
-                    R_set_altreal_Elt_method(cls, Some(real_elt));
-                    R_set_altreal_Get_region_method(cls, Some(real_region));
-                }
-                Kind::Integer => {
-                    R_set_altinteger_Elt_method(cls, Some(int_elt));
-                    R_set_altinteger_Get_region_method(cls, Some(int_region));
-                }
-                Kind::Logical => {
-                    R_set_altlogical_Elt_method(cls, Some(int_elt));
-                    R_set_altlogical_Get_region_method(cls, Some(int_region));
-                }
-                Kind::Character => {
-                    R_set_altstring_Elt_method(cls, Some(string_elt_method));
-                    R_set_altstring_Set_elt_method(cls, Some(string_set_elt));
-                }
-                // Without these, R's defaults read an element through a writeable
-                // Dataptr, which would give the view a private mapping.
-                Kind::Raw => {
-                    R_set_altraw_Elt_method(cls, Some(raw_elt));
-                    R_set_altraw_Get_region_method(cls, Some(raw_region));
-                }
-                Kind::Complex => {
-                    R_set_altcomplex_Elt_method(cls, Some(complex_elt));
-                    R_set_altcomplex_Get_region_method(cls, Some(complex_region));
-                }
-            }
-            made[slot(kind)] = Some(cls);
-        }
-    }
+/// `classes` points at 6 classes; at load, on R's main thread.
+#[no_mangle]
+pub unsafe extern "C" fn ps_set_view_classes(classes: *const R_altrep_class_t) {
+    // SAFETY: the caller's contract.
+    let made = unsafe { std::ptr::read(classes.cast::<[R_altrep_class_t; 6]>()) };
     // (a second load in the same process finds the classes already there)
-    let _ = CLASSES.set(Classes(made.map(|c| c.expect("every kind has a class"))));
+    let _ = CLASSES.set(Classes(made));
 }

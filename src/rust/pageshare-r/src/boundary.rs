@@ -1,21 +1,23 @@
-//! The Rust/R boundary. Every `.Call` entry point and every ALTREP callback runs
-//! its body through [`guard`]: a Rust error becomes a classed R condition, a
-//! panic becomes one too, and neither unwinds across the boundary.
+//! The Rust/R boundary. Nothing unwinds across it, by construction:
 //!
-//! How an error reaches R: the body returns `Err(RError)`, every Rust value is
-//! dropped, the message and the numbers of the condition are copied into
-//! statics, and only then the condition object is built and signalled with R's
-//! `stop()`, which jumps back into R over frames that hold nothing to drop. The
-//! condition has class `c("pageshare_<kind>", "pageshare_error", "error",
+//! - Every `.Call` entry point runs its body through [`entry`] and every ALTREP
+//!   method through [`method`]: a Rust error or a panic becomes a pending
+//!   error, every Rust value is dropped, and the function returns to its C
+//!   shell (`src/entry_points.c`, `src/view_methods.c`), which raises the
+//!   pending error from a C frame (`src/boundary.c`). Rust code never calls
+//!   R's `stop()` or `Rf_error()`.
+//! - R API calls that may raise an R error are made through
+//!   [`crate::r_calls`], under `R_UnwindProtect`: the R error stops in C,
+//!   comes back as an [`RError`] of kind [`ErrorKind::RJump`], travels up like
+//!   any error, and the shell resumes R's own error once the Rust frames are gone.
+//!
+//! The condition has class `c("pageshare_<kind>", "pageshare_error", "error",
 //! "condition")`, as the ones R code raises (`R/messages.R`), so every fallback
-//! catches both by class. The message is stored as an R string, never used as
-//! a format.
-//!
-//! R API calls that may longjmp themselves (allocation failure) are made where no
-//! lock is held; if one happens, at worst a Rust value is leaked (segments are
-//! still unlinked at exit).
+//! catches both by class. The message reaches R as a length-delimited string,
+//! never as a format.
 
-use crate::rapi::*;
+use crate::r_sys::*;
+use std::os::raw::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// What went wrong, as the class of the R condition (documented in
@@ -47,6 +49,9 @@ pub enum ErrorKind {
     System,
     /// A bug in pageshare (a panic).
     Internal,
+    /// An R error raised by an R API call (see [`crate::r_calls`]): R's own
+    /// condition, resumed once the Rust frames have returned.
+    RJump,
 }
 
 impl ErrorKind {
@@ -64,6 +69,7 @@ impl ErrorKind {
             ErrorKind::UnsupportedEnvironment => "pageshare_unsupported_environment",
             ErrorKind::System => "pageshare_system",
             ErrorKind::Internal => "pageshare_internal",
+            ErrorKind::RJump => "",
         }
     }
 }
@@ -92,6 +98,10 @@ impl RError {
     }
     pub fn internal(message: impl Into<String>) -> RError {
         RError::new(ErrorKind::Internal, message)
+    }
+    /// An R error stopped by `r_calls::try_r`, to be resumed by the shell.
+    pub fn r_jump() -> RError {
+        RError::new(ErrorKind::RJump, "")
     }
     /// The same kind, with `prefix: ` before the message.
     pub fn context(mut self, prefix: &str) -> RError {
@@ -134,93 +144,127 @@ pub fn msg(e: pageshare_core::Error) -> RError {
 
 pub type RResult = Result<SEXP, RError>;
 
-/// Run `body`; on `Err` or panic, signal the classed R condition.
-pub fn guard<T>(body: impl FnOnce() -> Result<T, RError>) -> T {
-    let err = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(v)) => return v,
-        Ok(Err(e)) => e,
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown".into());
-            RError::internal(format!("internal error in pageshare (please report): {what}"))
+/// Run `body`; a panic becomes an [`ErrorKind::Internal`] error.
+fn run<T>(site: crate::faults::Site, body: impl FnOnce() -> Result<T, RError>) -> Result<T, RError> {
+    catch_unwind(AssertUnwindSafe(|| {
+        crate::faults::inject(site)?;
+        body()
+    }))
+    .unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown".into());
+        Err(RError::internal(format!("internal error in pageshare (please report): {what}")))
+    })
+}
+
+/// The body of a `.Call` entry point: its result, or NULL with the error
+/// pending for the C shell to raise (never a valid SEXP: R_NilValue is not NULL).
+pub fn entry(body: impl FnOnce() -> Result<SEXP, RError>) -> SEXP {
+    match run(crate::faults::Site::Entry, body) {
+        Ok(v) => v,
+        Err(e) => {
+            set_pending(e);
+            std::ptr::null_mut()
         }
-    };
-    raise(err)
+    }
+}
+
+/// The body of an ALTREP method: 0 with the answer written to `out`, or 1 with
+/// the error pending for the C shell to raise.
+///
+/// # Safety
+/// `out` must be valid for a write of `T`.
+pub unsafe fn method<T>(site: crate::faults::Site, out: *mut T, body: impl FnOnce() -> Result<T, RError>) -> c_int {
+    match run(site, body) {
+        Ok(v) => {
+            // SAFETY: the caller's contract.
+            unsafe { out.write(v) };
+            0
+        }
+        Err(e) => {
+            set_pending(e);
+            1
+        }
+    }
 }
 
 const MSG_MAX: usize = 4096;
 
-/// What `raise` signals, kept outside every Rust frame that could be jumped over.
+/// The error waiting for a C shell to raise it.
 struct Pending {
     message: [u8; MSG_MAX],
     len: usize,
-    class: &'static str,
+    kind: ErrorKind,
     space: Option<(u64, u64)>,
 }
 
-/// The one `Pending`, in a static: R may jump out of `signal_pending`, so no
-/// lock guard or other value with a destructor may hold it.
+/// The one `Pending`, in a static so that the shell can read it after every
+/// Rust frame has returned.
 struct PendingCell(std::cell::UnsafeCell<Pending>);
-// SAFETY: only R's main thread raises errors (every entry point and callback
-// runs there), and `raise` finishes with the cell before signalling: there is
-// never a second access at the same time.
+// SAFETY: only R's main thread runs entry points and ALTREP methods, and each
+// access (set_pending, ps_take_pending) finishes before the next starts: there
+// is never a second access at the same time.
 unsafe impl Sync for PendingCell {}
-static PENDING: PendingCell =
-    PendingCell(std::cell::UnsafeCell::new(Pending { message: [0; MSG_MAX], len: 0, class: "", space: None }));
+static PENDING: PendingCell = PendingCell(std::cell::UnsafeCell::new(Pending {
+    message: [0; MSG_MAX],
+    len: 0,
+    kind: ErrorKind::Internal,
+    space: None,
+}));
 
-/// Signal `err` in R as a classed condition. Never returns.
-pub fn raise(err: RError) -> ! {
+fn set_pending(err: RError) {
     // Cut at a character boundary so the R string stays valid UTF-8.
     let mut n = err.message.len().min(MSG_MAX);
     while !err.message.is_char_boundary(n) {
         n -= 1;
     }
-    // SAFETY: R is single-threaded and only the main thread raises errors, so
-    // nothing else touches PENDING.
-    unsafe {
-        let p = &mut *PENDING.0.get();
-        p.message[..n].copy_from_slice(&err.message.as_bytes()[..n]);
-        p.len = n;
-        p.class = err.kind.class();
-        p.space = err.space;
-    }
-    drop(err);
-    // SAFETY: no Rust value with a destructor is alive in this frame; every
-    // string comes from the statics above; the condition is protected until
-    // stop() takes it (and never returns).
-    unsafe { signal_pending() }
+    // SAFETY: main thread only, no other access meanwhile (see PendingCell).
+    let p = unsafe { &mut *PENDING.0.get() };
+    p.message[..n].copy_from_slice(&err.message.as_bytes()[..n]);
+    // R strings cannot hold NUL.
+    p.message[..n].iter_mut().filter(|b| **b == 0).for_each(|b| *b = b'?');
+    p.len = n;
+    p.kind = err.kind;
+    p.space = err.space;
 }
 
-unsafe fn signal_pending() -> ! {
-    // SAFETY: see `raise`; all calls are R's API on the main thread.
-    unsafe {
-        let p = &*PENDING.0.get();
-        let fields: &[&str] =
-            if p.space.is_some() { &["message", "call", "needed", "free"] } else { &["message", "call"] };
-        let cond = Rf_protect(Rf_allocVector(SEXPTYPE::VECSXP, fields.len() as R_xlen_t));
-        let names = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, fields.len() as R_xlen_t));
-        for (i, f) in fields.iter().enumerate() {
-            SET_STRING_ELT(names, i as R_xlen_t, Rf_mkCharLenCE(f.as_ptr().cast(), f.len() as i32, cetype_t::CE_UTF8));
-        }
-        let text = Rf_mkCharLenCE(p.message.as_ptr().cast(), p.len as i32, cetype_t::CE_UTF8);
-        SET_VECTOR_ELT(cond, 0, Rf_ScalarString(text));
-        if let Some((needed, free)) = p.space {
-            SET_VECTOR_ELT(cond, 2, Rf_ScalarReal(needed as f64));
-            SET_VECTOR_ELT(cond, 3, Rf_ScalarReal(free as f64));
-        }
-        Rf_setAttrib(cond, R_NamesSymbol, names);
-        let classes = [p.class, "pageshare_error", "error", "condition"];
-        let class = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, classes.len() as R_xlen_t));
-        for (i, c) in classes.iter().enumerate() {
-            SET_STRING_ELT(class, i as R_xlen_t, Rf_mkCharLenCE(c.as_ptr().cast(), c.len() as i32, cetype_t::CE_UTF8));
-        }
-        Rf_setAttrib(cond, R_ClassSymbol, class);
-        let call = Rf_protect(Rf_lang2(Rf_install(c"stop".as_ptr()), cond));
-        Rf_eval(call, R_BaseEnv);
-        // stop() does not return; should it ever, fail as R would.
-        Rf_error(c"%s".as_ptr(), c"pageshare: an error could not be signalled".as_ptr())
-    }
+/// What `ps_raise_pending()` (src/boundary.c) raises; mirrors its `ps_pending_t`.
+#[repr(C)]
+pub struct PendingForC {
+    message: *const c_char,
+    message_len: c_int,
+    kind: *const c_char,
+    kind_len: c_int,
+    has_space: c_int,
+    needed: f64,
+    free: f64,
+    resume_r_error: c_int,
+}
+
+/// Called by `ps_raise_pending()` (C) to read the pending error. The strings
+/// point into statics, valid after this returns.
+///
+/// # Safety
+/// `out` must be valid for a write; main R thread.
+#[no_mangle]
+pub unsafe extern "C" fn ps_take_pending(out: *mut PendingForC) {
+    // SAFETY: main thread only, no other access meanwhile (see PendingCell).
+    let p = unsafe { &*PENDING.0.get() };
+    let class = p.kind.class();
+    let (needed, free) = p.space.unwrap_or((0, 0));
+    let value = PendingForC {
+        message: p.message.as_ptr().cast(),
+        message_len: p.len as c_int,
+        kind: class.as_ptr().cast(),
+        kind_len: class.len() as c_int,
+        has_space: p.space.is_some() as c_int,
+        needed: needed as f64,
+        free: free as f64,
+        resume_r_error: (p.kind == ErrorKind::RJump) as c_int,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { out.write(value) };
 }

@@ -27,7 +27,9 @@
 //! Only R's API is used: no word of the source's header is written or read.
 //! No lock is held while R is called.
 
-use crate::rapi::*;
+use crate::boundary::RError;
+use crate::r_calls;
+use crate::r_sys::*;
 use crate::view::view_of;
 use once_cell::sync::Lazy;
 use pageshare_core::segment::Handover;
@@ -100,27 +102,24 @@ const IDENTICAL_STRICT: std::os::raw::c_int = 1 | 2 | 4 | 8 | 16 | 32 | 64;
 ///
 /// # Safety
 /// Main R thread; `x` a valid SEXP; `attrs` a pairlist or R_NilValue.
-pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Option<SEXP> {
+pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Result<Option<SEXP>, RError> {
     // SAFETY: x is live; only R's API reads it.
     unsafe {
         if ALTREP(x) != 0 {
-            return None;
+            return Ok(None);
         }
-        let e = *entries().map.get(&(x as usize))?;
+        let Some(e) = entries().map.get(&(x as usize)).copied() else { return Ok(None) };
         let data = if XLENGTH(x) > 0 { DATAPTR_RO(x) as usize } else { 0 };
         if TYPEOF(x) as u32 != e.sexptype || XLENGTH(x) != e.len || data != e.data {
-            return None;
+            return Ok(None);
         }
-        if R_compute_identical(attrs, e.attrs as SEXP, IDENTICAL_STRICT) == Rboolean::FALSE {
-            return None;
-        }
-        if !holds_view_data(x, &e) {
-            return None;
+        if !identical(attrs, e.attrs as SEXP)? || !holds_view_data(x, &e)? {
+            return Ok(None);
         }
         if let Some(e) = entries().map.get_mut(&(x as usize)) {
             e.used = tick();
         }
-        Some(e.view as SEXP)
+        Ok(Some(e.view as SEXP))
     }
 }
 
@@ -128,29 +127,36 @@ pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Option<SEXP> {
 ///
 /// # Safety
 /// Main R thread; `x` live, of the entry's type, length and data address.
-unsafe fn holds_view_data(x: SEXP, e: &Entry) -> bool {
+unsafe fn holds_view_data(x: SEXP, e: &Entry) -> Result<bool, RError> {
     // SAFETY: the view is preserved by the entry; x's data cover v.bytes().
     unsafe {
         let view = e.view as SEXP;
-        let Some(v) = view_of(view) else { return false };
+        let Some(v) = view_of(view) else { return Ok(false) };
         if R_altrep_data2(view) != nil() || v.is_modified() {
-            return false; // the view no longer reads its segment
+            return Ok(false); // the view no longer reads its segment
         }
         if TYPEOF(x) == SEXPTYPE::STRSXP {
-            return R_compute_identical(x, view, IDENTICAL_STRICT) != Rboolean::FALSE;
+            return identical(x, view);
         }
         let n = v.bytes();
         let start = (v.offset * v.kind.elem_size()) as usize;
         let shared = &v.seg.data()[start..start + n];
         let mine = if n > 0 { std::slice::from_raw_parts(e.data as *const u8, n) } else { &[][..] };
-        match e.handed {
+        Ok(match e.handed {
             Some(h) if handover_intact(h, &v.seg) => {
                 let (lo, hi) = (h.lo - e.data, h.hi - e.data);
                 mine[..lo] == shared[..lo] && mine[hi..] == shared[hi..]
             }
             _ => mine == shared,
-        }
+        })
     }
+}
+
+/// R's identical() in its strictest form. It may run ALTREP methods (a view's
+/// strings), which may raise.
+fn identical(a: SEXP, b: SEXP) -> Result<bool, RError> {
+    // SAFETY: both are valid SEXPs held by the caller.
+    r_calls::try_r(|| unsafe { R_compute_identical(a, b, IDENTICAL_STRICT) != Rboolean::FALSE })
 }
 
 /// Are the handed-over pages still a mapping of the segment's file, none of
@@ -168,16 +174,20 @@ fn handover_intact(h: Handover, seg: &pageshare_core::segment::Segment) -> bool 
 ///
 /// # Safety
 /// Main R thread; `x`, `attrs` and `view` valid and protected by the caller.
-pub unsafe fn insert(x: SEXP, attrs: SEXP, view: SEXP, bytes: u64, handed: Option<Handover>) {
+pub unsafe fn insert(x: SEXP, attrs: SEXP, view: SEXP, bytes: u64, handed: Option<Handover>) -> Result<(), RError> {
     // SAFETY: x is an ordinary live vector, read through R's API.
     unsafe {
         if ALTREP(x) != 0 {
-            return;
+            return Ok(());
+        }
+        // Preserving allocates (and may raise): before anything is changed.
+        r_calls::try_r(|| R_PreserveObject(view))?;
+        if let Err(e) = r_calls::try_r(|| R_PreserveObject(attrs)) {
+            R_ReleaseObject(view);
+            return Err(e);
         }
         // It must never change in place now: R duplicates it before any write.
         MARK_NOT_MUTABLE(x);
-        R_PreserveObject(view);
-        R_PreserveObject(attrs);
         let data = if XLENGTH(x) > 0 { DATAPTR_RO(x) as usize } else { 0 };
         let e = Entry {
             view: view as usize,
@@ -193,6 +203,7 @@ pub unsafe fn insert(x: SEXP, attrs: SEXP, view: SEXP, bytes: u64, handed: Optio
         if let Some(old) = entries().insert(x as usize, e) {
             release(&old);
         }
+        Ok(())
     }
 }
 

@@ -5,10 +5,10 @@
 //! R gives (for a view, the shared mapping): nothing is copied but one column
 //! at a time into the estimator's own sorted buffer.
 
-use crate::boundary::{guard, RError};
-use crate::rapi::*;
+use crate::boundary::{entry, RError};
+use crate::r_calls;
+use crate::r_sys::*;
 use pageshare_core::mutual_info::{column_mi, Method, MiError, Options};
-use std::ffi::CStr;
 
 /// `ps_mutual_info(x, nrow, cols, y, nclass, method, eps, na_rm, discrete, base)`:
 /// `x` a double vector of `nrow` rows (a matrix, column-major), `cols` the
@@ -16,7 +16,7 @@ use std::ffi::CStr;
 /// `method` "pde" or "memshare". Returns the MIs of those columns divided by
 /// ln(base).
 #[no_mangle]
-pub extern "C" fn ps_mutual_info(
+pub extern "C" fn ps_mutual_info_rs(
     x: SEXP,
     nrow: SEXP,
     cols: SEXP,
@@ -29,12 +29,12 @@ pub extern "C" fn ps_mutual_info(
     base: SEXP,
 ) -> SEXP {
     // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
-    guard(|| unsafe {
+    entry(|| unsafe {
         if TYPEOF(x) != SEXPTYPE::REALSXP {
             return Err(RError::argument("`X` must be a double matrix"));
         }
         let len = XLENGTH(x) as usize;
-        let nrow = Rf_asReal(nrow);
+        let nrow = r_calls::as_real(nrow)?;
         // (a NaN row count is rejected before any comparison)
         if nrow.is_nan() || nrow < 1.0 || nrow.fract() != 0.0 || !len.is_multiple_of(nrow as usize) {
             return Err(RError::argument("`X` must have at least one row"));
@@ -47,34 +47,37 @@ pub extern "C" fn ps_mutual_info(
         if TYPEOF(cols) != SEXPTYPE::INTSXP {
             return Err(RError::internal("ps_mutual_info: `cols` must be integer"));
         }
-        let k = Rf_asInteger(nclass);
+        let k = r_calls::as_integer(nclass)?;
         if k < 1 {
             return Err(RError::argument("`y` must have at least one class"));
         }
-        let method = match string(method).as_deref() {
-            Some("pde") => Method::Pde,
-            Some("memshare") => Method::Memshare,
+        let method = match r_calls::string_arg(method, "method")?.as_str() {
+            "pde" => Method::Pde,
+            "memshare" => Method::Memshare,
             _ => return Err(RError::argument("`method` must be \"pde\" or \"memshare\"")),
         };
         let opts = Options {
             method,
-            eps: Rf_asReal(eps),
-            na_rm: Rf_asLogical(na_rm) == 1,
-            discrete: Rf_asLogical(discrete) == 1,
+            eps: r_calls::as_real(eps)?,
+            na_rm: r_calls::as_logical(na_rm)? == 1,
+            discrete: r_calls::as_logical(discrete)? == 1,
         };
-        let scale = Rf_asReal(base).ln();
+        let scale = r_calls::as_real(base)?.ln();
         if !(scale.is_finite() && scale > 0.0) {
             return Err(RError::argument("`base` must be a number greater than 1"));
         }
         let ncols = XLENGTH(cols) as usize;
-        // SAFETY: REAL_RO/INTEGER_RO give the data of vectors of these lengths
-        // (for a view, its read-only mapping); R keeps x, y and cols alive for
-        // the call, and nothing here allocates R memory while they are read.
-        let data =
-            std::slice::from_raw_parts(if len == 0 { std::ptr::NonNull::dangling().as_ptr() } else { REAL_RO(x) }, len);
-        let yv = std::slice::from_raw_parts(INTEGER_RO(y), nrow);
+        // The data of vectors of these lengths (for a view, its read-only
+        // mapping; another ALTREP class may have to expand, which may raise);
+        // R keeps x, y and cols alive for the call, and nothing here allocates
+        // R memory while they are read.
+        let data = std::slice::from_raw_parts(
+            if len == 0 { std::ptr::NonNull::dangling().as_ptr() } else { r_calls::dataptr_ro(x)?.cast::<f64>() },
+            len,
+        );
+        let yv = std::slice::from_raw_parts(r_calls::dataptr_ro(y)?.cast::<i32>(), nrow);
         let cv = std::slice::from_raw_parts(
-            if ncols == 0 { std::ptr::NonNull::dangling().as_ptr() } else { INTEGER_RO(cols) },
+            if ncols == 0 { std::ptr::NonNull::dangling().as_ptr() } else { r_calls::dataptr_ro(cols)?.cast::<i32>() },
             ncols,
         );
         let mut values = Vec::with_capacity(ncols);
@@ -95,20 +98,10 @@ pub extern "C" fn ps_mutual_info(
             })?;
             values.push(v / scale);
         }
-        let out = Rf_allocVector(SEXPTYPE::REALSXP, ncols as R_xlen_t);
+        let out = r_calls::alloc_vector(SEXPTYPE::REALSXP, ncols as R_xlen_t)?;
         if ncols > 0 {
             std::ptr::copy_nonoverlapping(values.as_ptr(), REAL(out), ncols);
         }
         Ok(out)
     })
-}
-
-unsafe fn string(x: SEXP) -> Option<String> {
-    // SAFETY: type and length are checked before the element is read.
-    unsafe {
-        if TYPEOF(x) != SEXPTYPE::STRSXP || XLENGTH(x) != 1 || STRING_ELT(x, 0) == R_NaString {
-            return None;
-        }
-        Some(CStr::from_ptr(Rf_translateCharUTF8(STRING_ELT(x, 0))).to_string_lossy().into_owned())
-    }
 }

@@ -18,7 +18,7 @@
 //! (`Segment::create_copy_handing_over`): the data are never held twice for
 //! more than one chunk.
 
-use crate::rapi::*;
+use crate::r_sys::*;
 use once_cell::sync::Lazy;
 use pageshare_core::header::{DATA_ALIGN, ELEM_ALIGN};
 use pageshare_core::os;

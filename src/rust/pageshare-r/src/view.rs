@@ -11,7 +11,9 @@
 //! `data2` holds a full private copy only for character views (R needs an array
 //! of R strings for a writeable pointer).
 
-use crate::rapi::*;
+use crate::boundary::RError;
+use crate::r_calls::{self, Protect};
+use crate::r_sys::*;
 use pageshare_core::header::Kind;
 use pageshare_core::segment::MmapMut;
 use pageshare_core::segment::Segment;
@@ -178,7 +180,9 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
         if !p.is_null() {
             let _ = LAST_VIEW.compare_exchange(p, std::ptr::null_mut(), Ordering::Relaxed, Ordering::Relaxed);
             R_ClearExternalPtr(ptr);
-            drop(Box::from_raw(p));
+            let view = Box::from_raw(p);
+            // (called by R's garbage collector: a panic must not leave this frame)
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(view)));
         }
     }
 }
@@ -187,7 +191,7 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
 ///
 /// # Safety
 /// Main R thread only. The caller must check that the slice lies in the segment.
-pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) -> SEXP {
+pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) -> Result<SEXP, RError> {
     debug_assert!(offset + len <= seg.header().length);
     let view = View {
         seg,
@@ -200,37 +204,43 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
         object: std::ptr::null_mut(),
     };
     view.read_at.set(if kind == Kind::Character { std::ptr::null() } else { view.shared_ptr() });
-    let raw = Box::into_raw(Box::new(view));
-    // SAFETY: main thread; every new object is protected while the next allocates.
+    let mut view = Some(Box::new(view));
+    let raw: *mut View = view.as_deref_mut().map_or(std::ptr::null_mut(), |v| v as *mut View);
+    let mut scope = Protect::new();
+    // SAFETY: R allocations on the main thread; `raw` stays owned by `view`
+    // (dropped on an error) until the external pointer holds it.
+    let ptr = scope.protect(r_calls::try_r(|| unsafe { R_MakeExternalPtr(raw.cast::<c_void>(), nil(), nil()) })?)?;
+    // onexit = FALSE: at exit, other exit finalizers (the user's) may still
+    // read this view, so its View must outlive them; the process's end
+    // unmaps it and closes its descriptors, which frees the segments.
+    // SAFETY: `ptr` is the protected external pointer just made.
+    r_calls::try_r(|| unsafe { R_RegisterCFinalizerEx(ptr, Some(finalize_view), Rboolean::FALSE) })?;
+    // From here on the external pointer owns the View: its finalizer frees it.
+    std::mem::forget(view.take());
+    let class = crate::altrep::class_for(kind);
+    // SAFETY: our class, with the protected external pointer as data1.
+    let x = r_calls::try_r(|| unsafe { R_new_altrep(class, ptr, nil()) })?;
+    // SAFETY: the View lives until the finalizer; no reference to it exists
+    // yet, and Elt cannot run before we return.
     unsafe {
-        let ptr = Rf_protect(R_MakeExternalPtr(raw.cast::<c_void>(), nil(), nil()));
-        // onexit = FALSE: at exit, other exit finalizers (the user's) may still
-        // read this view, so its View must outlive them; the process's end
-        // unmaps it and closes its descriptors, which frees the segments.
-        R_RegisterCFinalizerEx(ptr, Some(finalize_view), Rboolean::FALSE);
-        let x = R_new_altrep(crate::altrep::class_for(kind), ptr, nil());
-        // No reference to the box exists yet; Elt cannot run before we return.
         (*raw).object = x;
         // x may have a collected view's address: drop a View cached for it.
         forget_last_view();
         MARK_NOT_MUTABLE(x);
-        Rf_unprotect(1);
-        x
     }
+    Ok(x)
 }
 
 /// Element `i` of a character view, made into an R string (NA_character_ for NA).
 ///
 /// # Safety
 /// `view` is a character view and `i < view.len`; main R thread.
-pub unsafe fn string_elt(view: &View, i: usize) -> SEXP {
+pub unsafe fn string_elt(view: &View, i: usize) -> Result<SEXP, RError> {
     let table = view.seg.strings();
-    // SAFETY: the table was validated; mkCharLenCE copies the bytes into R's cache.
-    unsafe {
-        match table.get(view.offset as usize + i) {
-            None => R_NaString,
-            Some((bytes, enc)) => Rf_mkCharLenCE(bytes.as_ptr().cast(), bytes.len() as i32, cetype(enc)),
-        }
+    match table.get(view.offset as usize + i) {
+        // SAFETY: R_NaString is initialised before package code runs.
+        None => Ok(unsafe { R_NaString }),
+        Some((bytes, enc)) => r_calls::mk_char(bytes, cetype(enc)),
     }
 }
 
@@ -249,30 +259,25 @@ fn cetype(e: pageshare_core::strings::Encoding) -> cetype_t {
 ///
 /// # Safety
 /// `x` must be a view; main R thread only.
-pub unsafe fn plain_copy(x: SEXP, view: &View) -> SEXP {
+pub unsafe fn plain_copy(x: SEXP, view: &View) -> Result<SEXP, RError> {
+    let mut scope = Protect::new();
+    let ans = scope.alloc_vector(sexptype(view.kind), view.len as R_xlen_t)?;
     if view.kind == Kind::Character {
-        // SAFETY: the result is protected while its strings are made.
-        return unsafe {
+        // SAFETY: data2 is NULL or the view's plain copy; `ans` is protected
+        // while its strings are made.
+        unsafe {
             let d2 = R_altrep_data2(x);
-            let ans = Rf_protect(Rf_allocVector(SEXPTYPE::STRSXP, view.len as R_xlen_t));
             for i in 0..view.len as usize {
-                let s = if d2 != nil() { STRING_ELT(d2, i as R_xlen_t) } else { string_elt(view, i) };
+                let s = if d2 != nil() { STRING_ELT(d2, i as R_xlen_t) } else { string_elt(view, i)? };
                 SET_STRING_ELT(ans, i as R_xlen_t, s);
             }
-            view.materializations.set(view.materializations.get() + 1);
-            Rf_unprotect(1);
-            ans
-        };
-    }
-    // SAFETY: the new vector has exactly view.bytes() bytes of storage.
-    unsafe {
-        let ans = Rf_allocVector(sexptype(view.kind), view.len as R_xlen_t);
-        if view.bytes() > 0 {
-            std::ptr::copy_nonoverlapping(read_ptr(x, view), data_mut(ans).cast::<u8>(), view.bytes());
         }
-        view.materializations.set(view.materializations.get() + 1);
-        ans
+    } else if view.bytes() > 0 {
+        // SAFETY: the new vector has exactly view.bytes() bytes of storage.
+        unsafe { std::ptr::copy_nonoverlapping(read_ptr(x, view), data_mut(ans).cast::<u8>(), view.bytes()) };
     }
+    view.materializations.set(view.materializations.get() + 1);
+    Ok(ans)
 }
 
 /// The `View` of the last view whose element an ALTREP `Elt` method read.

@@ -12,8 +12,10 @@
 
 #![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
 
-use crate::boundary::{guard, RError};
-use crate::rapi::*;
+use crate::args::pid_arg;
+use crate::boundary::{entry, RError};
+use crate::r_calls;
+use crate::r_sys::*;
 use pageshare_core::os;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -94,27 +96,15 @@ fn master_gone() -> ! {
     unsafe { libc::_exit(MASTER_GONE_STATUS) }
 }
 
-/// A pid from R: a whole number in 1..=i32::MAX (integer or double).
-unsafe fn pid_arg(x: SEXP, what: &str) -> Result<u32, RError> {
-    // SAFETY: (caller) main R thread, `x` a valid SEXP; Rf_asReal reads any atomic.
-    let v = unsafe { Rf_asReal(x) };
-    if v.is_finite() && v >= 1.0 && v <= i32::MAX as f64 && v.fract() == 0.0 {
-        Ok(v as u32)
-    } else {
-        Err(RError::argument(format!("`{what}` must be a process id (a whole number >= 1)")))
-    }
-}
-
 /// `ps_watch_master(pid, start_time)`: start (or retarget) this process's
 /// watchdog on the process `pid` whose start time (clock ticks since boot, as
 /// `ps_process_start_time()` gives it) is `start_time`. Returns `TRUE` if it
 /// is watched, `FALSE` if not (`pid` is this process, or no /proc).
 #[no_mangle]
-pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
-    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
-    guard(|| unsafe {
+pub extern "C" fn ps_watch_master_rs(pid: SEXP, start_time: SEXP) -> SEXP {
+    entry(|| {
         let pid = pid_arg(pid, "pid")?;
-        let start = Rf_asReal(start_time);
+        let start = r_calls::as_real(start_time)?;
         // Start times are counts of clock ticks: exact in a double up to 2^53.
         if !(start.is_finite() && start >= 0.0 && start < 2f64.powi(53) && start.fract() == 0.0) {
             return Err(RError::argument("`start_time` must be a process start time (a whole number >= 0)"));
@@ -124,7 +114,7 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
         }
         let watched =
             watch(pid, start as u64).map_err(|e| RError::system(format!("cannot start the watchdog thread: {e}")))?;
-        Ok(Rf_ScalarLogical(watched as i32))
+        r_calls::scalar_logical(watched as i32)
     })
 }
 
@@ -132,18 +122,18 @@ pub extern "C" fn ps_watch_master(pid: SEXP, start_time: SEXP) -> SEXP {
 /// not gone), whether that process has exited (`os::process_exited`: no such
 /// process, or a zombie: killed workers are orphans that PID 1 reaps late).
 #[no_mangle]
-pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
+pub extern "C" fn ps_processes_gone_rs(pids: SEXP) -> SEXP {
     // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
-    guard(|| unsafe {
-        let pids = Rf_protect(Rf_coerceVector(pids, SEXPTYPE::REALSXP));
+    entry(|| unsafe {
+        let mut scope = r_calls::Protect::new();
+        let pids = scope.protect(r_calls::coerce_vector(pids, SEXPTYPE::REALSXP)?)?;
         let n = XLENGTH(pids);
-        let out = Rf_protect(Rf_allocVector(SEXPTYPE::LGLSXP, n));
+        let out = scope.alloc_vector(SEXPTYPE::LGLSXP, n)?;
         for i in 0..n as usize {
             let p = *REAL(pids).add(i);
             let gone = p.is_finite() && p >= 1.0 && p <= u32::MAX as f64 && os::process_exited(p as u32);
             *LOGICAL(out).add(i) = gone as i32;
         }
-        Rf_unprotect(2);
         Ok(out)
     })
 }
@@ -152,11 +142,11 @@ pub extern "C" fn ps_processes_gone(pids: SEXP) -> SEXP {
 /// since boot, field 22 of /proc/PID/stat) as a double, `NA` if there is no
 /// such process.
 #[no_mangle]
-pub extern "C" fn ps_process_start_time(pid: SEXP) -> SEXP {
-    // SAFETY: a .Call entry point: R calls it on its main thread with valid SEXPs, where R's API may be used.
-    guard(|| unsafe {
+pub extern "C" fn ps_process_start_time_rs(pid: SEXP) -> SEXP {
+    entry(|| {
         let pid = pid_arg(pid, "pid")?;
-        Ok(Rf_ScalarReal(os::start_time(pid).map_or(R_NaReal, |s| s as f64)))
+        // SAFETY: R_NaReal is a constant of R's.
+        r_calls::scalar_real(os::start_time(pid).map_or(unsafe { R_NaReal }, |s| s as f64))
     })
 }
 

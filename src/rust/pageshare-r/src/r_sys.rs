@@ -1,5 +1,6 @@
-//! R's C API: extendr-ffi's bindings plus the few entry points it lacks.
-//! Every call into R goes through this module's names, and only entry points
+//! R's C API, raw: extendr-ffi's bindings plus the few entry points it lacks.
+//! Every call into R goes through this module's names (those that may raise
+//! an R error through `r_calls`), and only entry points
 //! that R documents as API (`tools:::funAPI()` on R >= 4.5) are used: R 4.6
 //! no longer exports some of the others, and `R CMD check` reports them.
 #![allow(non_snake_case)]
@@ -20,10 +21,6 @@ extern "C" {
     pub fn Rf_getCharCE(x: SEXP) -> std::os::raw::c_int;
     pub fn Rf_lang2(s: SEXP, t: SEXP) -> SEXP;
     pub fn Rf_eval(e: SEXP, rho: SEXP) -> SEXP;
-    pub fn R_ToplevelExec(
-        fun: Option<unsafe extern "C" fn(*mut std::os::raw::c_void)>,
-        data: *mut std::os::raw::c_void,
-    ) -> Rboolean;
     pub fn R_set_altraw_Elt_method(cls: R_altrep_class_t, fun: R_altraw_Elt_method_t);
     pub fn R_set_altraw_Get_region_method(cls: R_altrep_class_t, fun: R_altraw_Get_region_method_t);
     pub fn R_set_altcomplex_Elt_method(cls: R_altrep_class_t, fun: R_altcomplex_Elt_method_t);
@@ -54,33 +51,4 @@ pub unsafe fn data_mut(x: SEXP) -> *mut std::os::raw::c_void {
             _ => DATAPTR_RO(x).cast_mut(),
         }
     }
-}
-
-/// Set the attributes of a fresh object (one nobody else holds yet) from a
-/// pairlist, one by one through `Rf_setAttrib()` (R sets the object bit for a
-/// class and checks `dim`, `names` and `dimnames` against the length). Runs
-/// under `R_ToplevelExec`, so an R error in there (R prints it) comes back as
-/// `false` and never jumps over Rust frames.
-///
-/// # Safety
-/// Main R thread; `x` fresh and protected; `attrs` a pairlist or R_NilValue.
-pub unsafe fn set_attributes(x: SEXP, attrs: SEXP) -> bool {
-    unsafe extern "C" fn set_all(data: *mut std::os::raw::c_void) {
-        // SAFETY: `data` points at the two SEXPs below, alive for this call;
-        // walking a valid pairlist, each value stays reachable from it.
-        unsafe {
-            let [x, attrs] = *data.cast::<[SEXP; 2]>();
-            let mut p = attrs;
-            while TYPEOF(p) == SEXPTYPE::LISTSXP {
-                Rf_setAttrib(x, TAG(p), CAR(p));
-                p = CDR(p);
-            }
-        }
-    }
-    if attrs == nil() {
-        return true;
-    }
-    let mut both = [x, attrs];
-    // SAFETY: R_ToplevelExec calls set_all once with our pointer.
-    unsafe { R_ToplevelExec(Some(set_all), (&mut both as *mut [SEXP; 2]).cast()) != Rboolean::FALSE }
 }

@@ -1,0 +1,43 @@
+#![allow(clippy::not_unsafe_ptr_arg_deref)] // SEXPs are R's handles, valid on its main thread by R's contract
+//! The checks of the arguments the R code passes to the entry points, one
+//! function per kind of argument. (The user's own arguments are checked in R
+//! first, with messages naming them.)
+
+use crate::boundary::RError;
+use crate::r_calls;
+use crate::r_sys::*;
+use std::path::{Path, PathBuf};
+
+pub use crate::r_calls::string_arg;
+
+/// The index directory (option `pageshare.dir`): an existing absolute path.
+pub fn dir_arg(x: SEXP) -> Result<PathBuf, RError> {
+    let d = string_arg(x, "pageshare.dir")?;
+    if !d.starts_with('/') || !Path::new(&d).is_dir() {
+        return Err(RError::argument(format!(
+            "option `pageshare.dir` must name an existing directory by absolute path, not '{d}'"
+        )));
+    }
+    Ok(PathBuf::from(d))
+}
+
+/// A byte limit: a number >= 0; anything else (Inf, NA, negative) means no limit.
+pub fn byte_limit_arg(x: SEXP) -> Result<u64, RError> {
+    let v = r_calls::as_real(x)?;
+    Ok(if v.is_finite() && v >= 0.0 { v as u64 } else { u64::MAX })
+}
+
+/// A flag: TRUE is true, anything else false.
+pub fn flag_arg(x: SEXP) -> Result<bool, RError> {
+    Ok(r_calls::as_logical(x)? == 1)
+}
+
+/// A process id: a whole number from 1 to i32::MAX.
+pub fn pid_arg(x: SEXP, what: &str) -> Result<u32, RError> {
+    let v = r_calls::as_real(x)?;
+    if v.is_finite() && v >= 1.0 && v <= i32::MAX as f64 && v.fract() == 0.0 {
+        Ok(v as u32)
+    } else {
+        Err(RError::argument(format!("`{what}` must be a process id (a whole number >= 1)")))
+    }
+}

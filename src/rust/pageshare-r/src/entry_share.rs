@@ -1,0 +1,186 @@
+#![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
+//! The `.Call` entry points of `share()`, `is_shared()`, `shared_info()` and
+//! `with_handles()` (R/share.R, R/sharing-rule.R). Each is called by its C
+//! shell in src/entry_points.c and runs its body through [`entry`].
+
+use crate::args::{byte_limit_arg, flag_arg};
+use crate::boundary::{entry, RError};
+use crate::r_calls::{self, named_list, scalar_integer, scalar_logical, scalar_real, scalar_string, Protect};
+use crate::r_sys::*;
+use crate::share_pipeline;
+use crate::view::{kind_of, view_of, HANDLE_SCOPE};
+use pageshare_core::header::Kind;
+use std::sync::atomic::Ordering;
+
+/// share(x): the view of x (itself if x is a view; the cached one if x was shared).
+#[no_mangle]
+pub extern "C" fn ps_share_rs(x: SEXP, attrs: SEXP, cache_limit: SEXP, release_source: SEXP) -> SEXP {
+    entry(|| {
+        let limit = byte_limit_arg(cache_limit)?;
+        let release = flag_arg(release_source)?;
+        // SAFETY: a .Call entry point: R's main thread, valid SEXPs.
+        unsafe { share_pipeline::share(x, attrs, limit, release) }
+    })
+}
+
+/// share_packed(leaves, attrs): see `share_pipeline::share_packed`.
+#[no_mangle]
+pub extern "C" fn ps_share_packed_rs(leaves: SEXP, attrs: SEXP, cache_limit: SEXP) -> SEXP {
+    entry(|| {
+        let limit = byte_limit_arg(cache_limit)?;
+        // SAFETY: a .Call entry point: R's main thread, valid SEXPs.
+        unsafe { share_pipeline::share_packed(leaves, attrs, limit) }
+    })
+}
+
+/// Could walking `x` share anything: is `x`, or a list element at any depth
+/// (up to 50), a view, a received vector, or a vector of at least `threshold`
+/// data bytes (character: 8 bytes per element plus the text), or a list whose
+/// packable elements ([`packable_bytes`]) reach `threshold` together? A prefilter for
+/// the R-level walk, which costs ~10 us per element: a future_lapply chunk's
+/// list of 4000 indices took ~35 ms to walk, on the master for every future
+/// and on the worker for every result. May say yes where the walk then finds
+/// nothing; never says no where it would find something.
+#[no_mangle]
+pub extern "C" fn ps_worth_walking_rs(x: SEXP, threshold: SEXP) -> SEXP {
+    entry(|| {
+        let threshold = r_calls::as_real(threshold)?;
+        // SAFETY: a .Call entry point: R's main thread, valid SEXPs.
+        scalar_logical(unsafe { worth_walking(x, threshold, 0) } as i32)
+    })
+}
+
+unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
+    // SAFETY: x is a valid SEXP; only types, lengths and the strings and
+    // elements of ordinary vectors are read.
+    unsafe {
+        if view_of(x).is_some() {
+            return true;
+        }
+        let n = vector_length(x);
+        let bytes = |per: f64| n as f64 * per >= threshold;
+        match TYPEOF(x) {
+            SEXPTYPE::LGLSXP | SEXPTYPE::INTSXP => bytes(4.0),
+            SEXPTYPE::REALSXP => bytes(8.0),
+            SEXPTYPE::CPLXSXP => bytes(16.0),
+            SEXPTYPE::RAWSXP => bytes(1.0),
+            // (another class's ALTREP strings are not read here: the walk decides)
+            SEXPTYPE::STRSXP if ALTREP(x) != 0 => true,
+            SEXPTYPE::STRSXP => {
+                bytes(8.0) || (0..n).map(|i| LENGTH(STRING_ELT(x, i)) as f64).sum::<f64>() + n as f64 * 8.0 >= threshold
+            }
+            SEXPTYPE::VECSXP => {
+                depth < 50
+                    && ((0..n).any(|i| worth_walking(VECTOR_ELT(x, i), threshold, depth + 1))
+                        || packable_bytes(x) >= threshold)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Data bytes of the elements of list `x` that can be packed together into one
+/// segment (ordinary logical, integer, double, complex and raw vectors).
+unsafe fn packable_bytes(x: SEXP) -> f64 {
+    // SAFETY: x is a list; only its elements' types and lengths are read.
+    unsafe {
+        (0..XLENGTH(x))
+            .map(|i| {
+                let el = VECTOR_ELT(x, i);
+                if view_of(el).is_some() {
+                    return 0.0;
+                }
+                match kind_of(el) {
+                    Ok(k) if k != Kind::Character => XLENGTH(el) as f64 * k.elem_size() as f64,
+                    _ => 0.0,
+                }
+            })
+            .sum()
+    }
+}
+
+/// XLENGTH of a vector, 0 for anything else.
+unsafe fn vector_length(x: SEXP) -> R_xlen_t {
+    // SAFETY: XLENGTH is defined for every vector type checked here.
+    unsafe {
+        match TYPEOF(x) {
+            SEXPTYPE::LGLSXP
+            | SEXPTYPE::INTSXP
+            | SEXPTYPE::REALSXP
+            | SEXPTYPE::CPLXSXP
+            | SEXPTYPE::RAWSXP
+            | SEXPTYPE::STRSXP
+            | SEXPTYPE::VECSXP => XLENGTH(x),
+            _ => 0,
+        }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn ps_is_view_rs(x: SEXP) -> SEXP {
+    // SAFETY: a .Call entry point: R's main thread, a valid SEXP.
+    entry(|| scalar_logical(unsafe { view_of(x) }.is_some() as i32))
+}
+
+/// shared_info(x): a list describing the view, or NULL.
+#[no_mangle]
+pub extern "C" fn ps_view_info_rs(x: SEXP) -> SEXP {
+    entry(|| {
+        // SAFETY: a .Call entry point: R's main thread, a valid SEXP.
+        let Some(v) = (unsafe { view_of(x) }) else { return Ok(nil()) };
+        // SAFETY: x is a view; data2 is only compared.
+        let private_copy = unsafe { R_altrep_data2(x) } != nil() || v.is_modified();
+        let seg = &v.seg;
+        let mut scope = Protect::new();
+        // (each value is protected as soon as it is made)
+        let mut kept = |v: Result<SEXP, RError>| scope.protect(v?);
+        let values = [
+            ("name", kept(scalar_string(seg.name()))?),
+            ("fd", kept(scalar_integer(seg.locator().fd))?),
+            ("bytes", kept(scalar_real(v.bytes() as f64))?),
+            ("segment_bytes", kept(scalar_real(seg.total_size() as f64))?),
+            ("owner_pid", kept(scalar_integer(seg.owner().0 as i32))?),
+            ("owned_here", kept(scalar_logical(seg.owned_here() as i32))?),
+            ("type", kept(scalar_string(v.kind.name()))?),
+            ("offset", kept(scalar_real(v.offset as f64))?),
+            ("length", kept(scalar_real(v.len as f64))?),
+            ("materializations", kept(scalar_real(v.materializations.get() as f64))?),
+            ("private_copy", kept(scalar_logical(private_copy as i32))?),
+            ("memfd", kept(scalar_string(&seg.maps_path()))?),
+            ("source_released", kept(scalar_real(seg.source_released() as f64))?),
+        ];
+        named_list(&values)
+    })
+}
+
+/// Open (+1) or close (-1) a handle scope; returns the new depth.
+#[no_mangle]
+pub extern "C" fn ps_scope_rs(delta: SEXP) -> SEXP {
+    entry(|| {
+        let d = r_calls::as_integer(delta)?;
+        let depth = if d > 0 {
+            HANDLE_SCOPE.fetch_add(1, Ordering::Relaxed) + 1
+        } else if d < 0 {
+            let new = HANDLE_SCOPE.load(Ordering::Relaxed).saturating_sub(1);
+            HANDLE_SCOPE.store(new, Ordering::Relaxed);
+            new
+        } else {
+            HANDLE_SCOPE.load(Ordering::Relaxed)
+        };
+        scalar_integer(depth as i32)
+    })
+}
+
+/// Give a view (fresh, made by retrieveViews) its attributes.
+#[no_mangle]
+pub extern "C" fn ps_set_attributes_rs(view: SEXP, attrs: SEXP) -> SEXP {
+    entry(|| {
+        // SAFETY: a .Call entry point: R's main thread, valid SEXPs.
+        if unsafe { view_of(view) }.is_none() {
+            return Err(RError::internal("internal: ps_set_attributes needs a view"));
+        }
+        // SAFETY: `view` is a view R holds (an argument), `attrs` a pairlist.
+        unsafe { r_calls::set_attributes(view, attrs)? };
+        Ok(view)
+    })
+}

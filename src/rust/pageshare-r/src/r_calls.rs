@@ -1,0 +1,241 @@
+#![allow(clippy::not_unsafe_ptr_arg_deref)] // SEXPs are R's handles, valid on its main thread by R's contract
+//! R API calls that may raise an R error (allocation failure, a bad string, a
+//! warning turned into an error, an ALTREP method of another package), made
+//! so that the error never jumps over a Rust frame: each runs under
+//! `R_UnwindProtect` in a C frame (`ps_try_r`, src/boundary.c) and comes
+//! back as `Err(RError::r_jump())`, which the entry point's shell resumes as
+//! R's own error once every Rust frame has returned (see boundary.rs).
+//!
+//! Calls that cannot raise (reading a vector's type or an element of an
+//! ordinary vector, `R_altrep_data1`) are made directly.
+
+use crate::boundary::RError;
+use crate::r_sys::*;
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_void};
+
+#[allow(improper_ctypes)] // SEXPREC is opaque: only pointers to it cross.
+extern "C" {
+    /// src/boundary.c: `body(data)` under R_UnwindProtect; `*jumped` set to 1
+    /// if it raised an R error (stopped there, pending for the shell).
+    fn ps_try_r(body: unsafe extern "C" fn(*mut c_void) -> SEXP, data: *mut c_void, jumped: *mut c_int) -> SEXP;
+}
+
+/// Run `f`, which calls R's API, so that an R error it raises comes back as
+/// `Err`. `f` must be `Copy`: it owns nothing that needs dropping, so R's
+/// jump out of it (to the C frame of `ps_try_r`) skips no destructor.
+pub fn try_r<T: Copy, F: FnOnce() -> T + Copy>(f: F) -> Result<T, RError> {
+    struct Call<F, T> {
+        f: F,
+        out: Option<T>,
+    }
+    unsafe extern "C" fn body<F: FnOnce() -> T + Copy, T: Copy>(data: *mut c_void) -> SEXP {
+        // SAFETY: `data` is the `Call` below, alive for the whole call; this
+        // frame holds only Copy values, so a jump out of `f` drops nothing.
+        unsafe {
+            let call = &mut *data.cast::<Call<F, T>>();
+            call.out = Some((call.f)());
+            R_NilValue
+        }
+    }
+    let mut call = Call { f, out: None };
+    let mut jumped: c_int = 0;
+    // SAFETY: ps_try_r calls `body` once with our pointer, on R's main thread.
+    unsafe { ps_try_r(body::<F, T>, (&mut call as *mut Call<F, T>).cast(), &mut jumped) };
+    match call.out {
+        Some(v) if jumped == 0 => Ok(v),
+        _ => Err(RError::r_jump()),
+    }
+}
+
+/// Objects protected from R's garbage collector until this guard is dropped
+/// (instead of counting `Rf_unprotect(n)` on every return).
+pub struct Protect {
+    count: c_int,
+}
+
+impl Protect {
+    pub fn new() -> Protect {
+        Protect { count: 0 }
+    }
+    /// Protect `x` (a protection stack overflow is an R error).
+    pub fn protect(&mut self, x: SEXP) -> Result<SEXP, RError> {
+        // SAFETY: Rf_protect on the main thread; `x` is a valid SEXP.
+        try_r(|| unsafe { Rf_protect(x) })?;
+        self.count += 1;
+        Ok(x)
+    }
+    /// A new vector, protected.
+    pub fn alloc_vector(&mut self, t: SEXPTYPE, n: R_xlen_t) -> Result<SEXP, RError> {
+        let x = alloc_vector(t, n)?;
+        self.protect(x)
+    }
+}
+
+impl Default for Protect {
+    fn default() -> Protect {
+        Protect::new()
+    }
+}
+
+impl Drop for Protect {
+    fn drop(&mut self) {
+        if self.count > 0 {
+            // SAFETY: unprotects exactly what this guard protected, in a
+            // nested order (guards live in stack frames).
+            unsafe { Rf_unprotect(self.count) };
+        }
+    }
+}
+
+pub fn alloc_vector(t: SEXPTYPE, n: R_xlen_t) -> Result<SEXP, RError> {
+    // SAFETY: an R allocation on the main thread.
+    try_r(|| unsafe { Rf_allocVector(t, n) })
+}
+
+/// An R string (CHARSXP) of `bytes` in encoding `enc`.
+pub fn mk_char(bytes: &[u8], enc: cetype_t) -> Result<SEXP, RError> {
+    let (ptr, len) = (bytes.as_ptr(), bytes.len());
+    let len = i32::try_from(len).map_err(|_| RError::argument("a string is too long for R"))?;
+    // SAFETY: `ptr` covers `len` bytes, alive across the call (R copies them).
+    try_r(|| unsafe { Rf_mkCharLenCE(ptr.cast(), len, enc) })
+}
+
+/// An R string (CHARSXP) of UTF-8 text.
+pub fn mk_string(s: &str) -> Result<SEXP, RError> {
+    mk_char(s.as_bytes(), cetype_t::CE_UTF8)
+}
+
+pub fn scalar_string(s: &str) -> Result<SEXP, RError> {
+    let c = mk_string(s)?;
+    // SAFETY: `c` is a fresh CHARSXP; ScalarString allocates (may raise).
+    try_r(|| unsafe { Rf_ScalarString(c) })
+}
+
+pub fn scalar_real(v: f64) -> Result<SEXP, RError> {
+    // SAFETY: an R allocation on the main thread.
+    try_r(|| unsafe { Rf_ScalarReal(v) })
+}
+
+pub fn scalar_integer(v: c_int) -> Result<SEXP, RError> {
+    // SAFETY: an R allocation on the main thread.
+    try_r(|| unsafe { Rf_ScalarInteger(v) })
+}
+
+/// `TRUE`/`FALSE`, or `NA` for `NA_LOGICAL`.
+pub fn scalar_logical(v: c_int) -> Result<SEXP, RError> {
+    // SAFETY: an R allocation on the main thread.
+    try_r(|| unsafe { Rf_ScalarLogical(v) })
+}
+
+pub fn as_real(x: SEXP) -> Result<f64, RError> {
+    // SAFETY: coercion of a valid SEXP (may warn, and a warning may be an error).
+    try_r(|| unsafe { Rf_asReal(x) })
+}
+
+pub fn as_integer(x: SEXP) -> Result<c_int, RError> {
+    // SAFETY: as for as_real.
+    try_r(|| unsafe { Rf_asInteger(x) })
+}
+
+pub fn as_logical(x: SEXP) -> Result<c_int, RError> {
+    // SAFETY: as for as_real.
+    try_r(|| unsafe { Rf_asLogical(x) })
+}
+
+pub fn coerce_vector(x: SEXP, t: SEXPTYPE) -> Result<SEXP, RError> {
+    // SAFETY: coercion of a valid SEXP; allocates.
+    try_r(|| unsafe { Rf_coerceVector(x, t) })
+}
+
+/// The data of a vector for reading. For an ALTREP vector of another class
+/// this may run that class's code (expanding a compact sequence allocates).
+pub fn dataptr_ro(x: SEXP) -> Result<*const c_void, RError> {
+    // SAFETY: `x` is a vector (the callers check its type).
+    try_r(|| unsafe { DATAPTR_RO(x) })
+}
+
+/// One string of a character vector (which may be another class's ALTREP).
+pub fn string_elt(x: SEXP, i: R_xlen_t) -> Result<SEXP, RError> {
+    // SAFETY: `x` is a character vector and `i` in range (the callers check).
+    try_r(|| unsafe { STRING_ELT(x, i) })
+}
+
+pub fn set_attrib(x: SEXP, name: SEXP, value: SEXP) -> Result<(), RError> {
+    // SAFETY: setting an attribute of a valid, protected object; R checks
+    // dim, names and dimnames against the length and may raise an error.
+    try_r(|| unsafe {
+        Rf_setAttrib(x, name, value);
+    })
+}
+
+/// Set the attributes of a fresh object (one nobody else holds yet) from a
+/// pairlist, one by one through `Rf_setAttrib()` (R sets the object bit for a
+/// class and checks `dim`, `names` and `dimnames` against the length).
+///
+/// # Safety
+/// `x` fresh and protected; `attrs` a pairlist or R_NilValue.
+pub unsafe fn set_attributes(x: SEXP, attrs: SEXP) -> Result<(), RError> {
+    let mut p = attrs;
+    // SAFETY: walking a valid pairlist; each value stays reachable from it.
+    while unsafe { TYPEOF(p) } == SEXPTYPE::LISTSXP {
+        // SAFETY: as above.
+        let (tag, value, next) = unsafe { (TAG(p), CAR(p), CDR(p)) };
+        set_attrib(x, tag, value)?;
+        p = next;
+    }
+    Ok(())
+}
+
+/// The one string of `x` as UTF-8, or an error naming the argument `what`.
+pub fn string_arg(x: SEXP, what: &str) -> Result<String, RError> {
+    // SAFETY: type and length are checked before the element is read.
+    let ok = unsafe { TYPEOF(x) == SEXPTYPE::STRSXP && XLENGTH(x) == 1 && STRING_ELT(x, 0) != R_NaString };
+    if !ok {
+        return Err(RError::argument(format!("`{what}` must be a single string")));
+    }
+    // SAFETY: x is a character vector of length 1 (checked above); translating
+    // may raise an R error for a string that cannot be converted.
+    let c = try_r(|| unsafe { Rf_translateCharUTF8(STRING_ELT(x, 0)) })?;
+    // SAFETY: R returns a NUL-terminated string that lives at least until the
+    // next allocation; it is copied at once.
+    Ok(unsafe { CStr::from_ptr(c) }.to_string_lossy().into_owned())
+}
+
+/// A character vector of `v`.
+pub fn strings(v: &[String]) -> Result<SEXP, RError> {
+    let mut scope = Protect::new();
+    let out = scope.alloc_vector(SEXPTYPE::STRSXP, v.len() as R_xlen_t)?;
+    for (i, s) in v.iter().enumerate() {
+        let c = mk_string(s)?;
+        // SAFETY: `out` is a protected character vector of v.len() elements.
+        unsafe { SET_STRING_ELT(out, i as R_xlen_t, c) };
+    }
+    Ok(out)
+}
+
+/// A raw vector holding `b`.
+pub fn raw_vec(b: &[u8]) -> Result<SEXP, RError> {
+    let out = alloc_vector(SEXPTYPE::RAWSXP, b.len() as R_xlen_t)?;
+    // SAFETY: the new vector has b.len() bytes.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), RAW(out), b.len()) };
+    Ok(out)
+}
+
+/// A named list of `(name, value)` pairs; the values must be protected by the caller.
+pub fn named_list(items: &[(&str, SEXP)]) -> Result<SEXP, RError> {
+    let mut scope = Protect::new();
+    let out = scope.alloc_vector(SEXPTYPE::VECSXP, items.len() as R_xlen_t)?;
+    let names = scope.alloc_vector(SEXPTYPE::STRSXP, items.len() as R_xlen_t)?;
+    for (i, (k, v)) in items.iter().enumerate() {
+        let name = mk_string(k)?;
+        // SAFETY: both vectors are protected and have items.len() elements.
+        unsafe {
+            SET_VECTOR_ELT(out, i as R_xlen_t, *v);
+            SET_STRING_ELT(names, i as R_xlen_t, name);
+        }
+    }
+    // SAFETY: R_NamesSymbol is initialised before package code runs.
+    set_attrib(out, unsafe { R_NamesSymbol }, names)?;
+    Ok(out)
+}

@@ -1,0 +1,123 @@
+/* The ALTREP classes of views, one per element type, and the C shells of
+ * their methods. Each method's work is done in Rust (altrep.rs,
+ * `ps_view_<method>`), which returns 0 with its answer in `out`, or 1 when it
+ * failed (every Rust value dropped, the error pending); the shell then raises
+ * the error from this C frame (boundary.c). Methods left unset fall back to
+ * R's defaults. */
+#include <Rinternals.h>
+#include <R_ext/Rdynload.h>
+#include <R_ext/Altrep.h>
+#include "boundary.h"
+
+int ps_view_length(SEXP x, R_xlen_t *out);
+int ps_view_dataptr(SEXP x, Rboolean writeable, void **out);
+int ps_view_dataptr_or_null(SEXP x, const void **out);
+int ps_view_extract_subset(SEXP x, SEXP indx, SEXP *out);
+int ps_view_duplicate(SEXP x, SEXP *out);
+int ps_view_serialized_state(SEXP x, SEXP *out);
+int ps_view_unserialize(SEXP class_, SEXP state, SEXP *out);
+int ps_view_inspect(SEXP x);
+int ps_view_string_elt(SEXP x, R_xlen_t i, SEXP *out);
+int ps_view_string_set_elt(SEXP x, R_xlen_t i, SEXP v);
+int ps_view_real_elt(SEXP x, R_xlen_t i, double *out);
+int ps_view_int_elt(SEXP x, R_xlen_t i, int *out);
+int ps_view_raw_elt(SEXP x, R_xlen_t i, Rbyte *out);
+int ps_view_complex_elt(SEXP x, R_xlen_t i, Rcomplex *out);
+int ps_view_real_region(SEXP x, R_xlen_t i, R_xlen_t n, double *buf, R_xlen_t *out);
+int ps_view_int_region(SEXP x, R_xlen_t i, R_xlen_t n, int *buf, R_xlen_t *out);
+int ps_view_raw_region(SEXP x, R_xlen_t i, R_xlen_t n, Rbyte *buf, R_xlen_t *out);
+int ps_view_complex_region(SEXP x, R_xlen_t i, R_xlen_t n, Rcomplex *buf, R_xlen_t *out);
+void ps_set_view_classes(const R_altrep_class_t *classes);
+
+/* The answer of a Rust method, or its error raised. */
+#define ANSWER(type, call)                                                                         \
+  type out;                                                                                        \
+  if (call) ps_raise_pending();                                                                    \
+  return out
+
+static R_xlen_t view_length(SEXP x) { ANSWER(R_xlen_t, ps_view_length(x, &out)); }
+static void *view_dataptr(SEXP x, Rboolean writeable) {
+  ANSWER(void *, ps_view_dataptr(x, writeable, &out));
+}
+static const void *view_dataptr_or_null(SEXP x) {
+  ANSWER(const void *, ps_view_dataptr_or_null(x, &out));
+}
+static SEXP view_extract_subset(SEXP x, SEXP indx, SEXP call) {
+  (void)call;
+  ANSWER(SEXP, ps_view_extract_subset(x, indx, &out));
+}
+static SEXP view_duplicate(SEXP x, Rboolean deep) {
+  (void)deep;
+  ANSWER(SEXP, ps_view_duplicate(x, &out));
+}
+static SEXP view_serialized_state(SEXP x) { ANSWER(SEXP, ps_view_serialized_state(x, &out)); }
+static SEXP view_unserialize(SEXP class_, SEXP state) {
+  ANSWER(SEXP, ps_view_unserialize(class_, state, &out));
+}
+static Rboolean view_inspect(SEXP x, int pre, int deep, int pvec,
+                             void (*inspect_subtree)(SEXP, int, int, int)) {
+  (void)pre, (void)deep, (void)pvec, (void)inspect_subtree;
+  if (ps_view_inspect(x)) ps_raise_pending();
+  return TRUE;
+}
+static SEXP view_string_elt(SEXP x, R_xlen_t i) { ANSWER(SEXP, ps_view_string_elt(x, i, &out)); }
+static void view_string_set_elt(SEXP x, R_xlen_t i, SEXP v) {
+  if (ps_view_string_set_elt(x, i, v)) ps_raise_pending();
+}
+static double view_real_elt(SEXP x, R_xlen_t i) { ANSWER(double, ps_view_real_elt(x, i, &out)); }
+static int view_int_elt(SEXP x, R_xlen_t i) { ANSWER(int, ps_view_int_elt(x, i, &out)); }
+static Rbyte view_raw_elt(SEXP x, R_xlen_t i) { ANSWER(Rbyte, ps_view_raw_elt(x, i, &out)); }
+static Rcomplex view_complex_elt(SEXP x, R_xlen_t i) {
+  ANSWER(Rcomplex, ps_view_complex_elt(x, i, &out));
+}
+static R_xlen_t view_real_region(SEXP x, R_xlen_t i, R_xlen_t n, double *buf) {
+  ANSWER(R_xlen_t, ps_view_real_region(x, i, n, buf, &out));
+}
+static R_xlen_t view_int_region(SEXP x, R_xlen_t i, R_xlen_t n, int *buf) {
+  ANSWER(R_xlen_t, ps_view_int_region(x, i, n, buf, &out));
+}
+static R_xlen_t view_raw_region(SEXP x, R_xlen_t i, R_xlen_t n, Rbyte *buf) {
+  ANSWER(R_xlen_t, ps_view_raw_region(x, i, n, buf, &out));
+}
+static R_xlen_t view_complex_region(SEXP x, R_xlen_t i, R_xlen_t n, Rcomplex *buf) {
+  ANSWER(R_xlen_t, ps_view_complex_region(x, i, n, buf, &out));
+}
+
+static void set_common_methods(R_altrep_class_t cls) {
+  R_set_altrep_Length_method(cls, view_length);
+  R_set_altrep_Duplicate_method(cls, view_duplicate);
+  R_set_altrep_Serialized_state_method(cls, view_serialized_state);
+  R_set_altrep_Unserialize_method(cls, view_unserialize);
+  R_set_altrep_Inspect_method(cls, view_inspect);
+  R_set_altvec_Dataptr_method(cls, view_dataptr);
+  R_set_altvec_Dataptr_or_null_method(cls, view_dataptr_or_null);
+  R_set_altvec_Extract_subset_method(cls, view_extract_subset);
+}
+
+/* In the order of altrep.rs's KINDS: double, integer, logical, raw, complex,
+ * character. Raw and complex get Elt and Get_region too: R's defaults would
+ * read an element through a writeable Dataptr, giving the view a private
+ * mapping. */
+void ps_register_view_classes(DllInfo *dll) {
+  R_altrep_class_t c[6];
+  c[0] = R_make_altreal_class("pageshare_double", "pageshare", dll);
+  R_set_altreal_Elt_method(c[0], view_real_elt);
+  R_set_altreal_Get_region_method(c[0], view_real_region);
+  c[1] = R_make_altinteger_class("pageshare_integer", "pageshare", dll);
+  R_set_altinteger_Elt_method(c[1], view_int_elt);
+  R_set_altinteger_Get_region_method(c[1], view_int_region);
+  c[2] = R_make_altlogical_class("pageshare_logical", "pageshare", dll);
+  R_set_altlogical_Elt_method(c[2], view_int_elt);
+  R_set_altlogical_Get_region_method(c[2], view_int_region);
+  c[3] = R_make_altraw_class("pageshare_raw", "pageshare", dll);
+  R_set_altraw_Elt_method(c[3], view_raw_elt);
+  R_set_altraw_Get_region_method(c[3], view_raw_region);
+  c[4] = R_make_altcomplex_class("pageshare_complex", "pageshare", dll);
+  R_set_altcomplex_Elt_method(c[4], view_complex_elt);
+  R_set_altcomplex_Get_region_method(c[4], view_complex_region);
+  c[5] = R_make_altstring_class("pageshare_character", "pageshare", dll);
+  R_set_altstring_Elt_method(c[5], view_string_elt);
+  R_set_altstring_Set_elt_method(c[5], view_string_set_elt);
+  for (int k = 0; k < 6; k++) set_common_methods(c[k]);
+  ps_set_view_classes(c);
+}
