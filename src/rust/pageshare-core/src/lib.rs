@@ -15,7 +15,6 @@
 //! - [`registry`]: this process's mappings and registered segments.
 //! - [`handle`]: the few bytes a view serializes to inside a dispatch scope.
 //! - [`strings`]: the packed layout of character vectors.
-//! - [`mutual_info`]: mutual information of features with a discrete response.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod error;
@@ -23,7 +22,6 @@ pub mod handle;
 pub mod header;
 pub mod index;
 pub mod locator;
-pub mod mutual_info;
 pub mod naming;
 pub mod os;
 pub mod registry;

@@ -1,14 +1,14 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry point receives SEXPs from R by design
 //! The `.Call` entry point of `mutual_information()` and `mutualinfo()`: the
 //! MI of some columns of a double matrix with a discrete response, computed by
-//! `pageshare_core::mutual_info`. The matrix is read through the data pointer
+//! `pageshare_mutual_info`. The matrix is read through the data pointer
 //! R gives (for a view, the shared mapping): nothing is copied but one column
 //! at a time into the estimator's own sorted buffer.
 
 use crate::boundary::{entry, RError};
 use crate::r_calls;
 use crate::r_sys::*;
-use pageshare_core::mutual_info::{column_mi, Method, MiError, Options};
+use pageshare_mutual_info::{column_mi, Method, MiError, Options};
 
 /// `ps_mutual_info(x, nrow, cols, y, nclass, method, eps, na_rm, discrete, base)`:
 /// `x` a double vector of `nrow` rows (a matrix, column-major), `cols` the

@@ -1,5 +1,6 @@
 //! Mutual information of a numeric feature with a discrete response, in nats.
-//! No R here: the `.Call` shell is `pageshare-r/src/mutual_info.rs`.
+//! No R here, and no shared memory: statistics live apart from the segment
+//! crate (pageshare-core); the `.Call` shell is `pageshare-r/src/mutual_info.rs`.
 //!
 //! - [`Method::Pde`]: Pareto Density Estimation with exact radii ([`pde`]).
 //! - [`Method::Memshare`]: the numbers of memshare's `mutualinfo()` ([`memshare`]).
@@ -8,6 +9,8 @@
 //!
 //! Work and memory are O(n) per feature beyond the input (plus 512 x K for the
 //! memshare table); the input is only read.
+
+#![forbid(unsafe_code)]
 
 pub mod memshare;
 pub mod pareto;
