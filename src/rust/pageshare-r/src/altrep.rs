@@ -69,14 +69,27 @@ unsafe fn this<'a>(x: SEXP) -> &'a View {
 // ---- altrep methods -------------------------------------------------------------
 
 unsafe extern "C" fn length(x: SEXP) -> R_xlen_t {
-    // SAFETY: x is one of our views.
-    unsafe { this(x).len as R_xlen_t }
+    // SAFETY: x is one of our views. R asks once per element in range(), t(),
+    // split(): the cached View answers without calling into R.
+    unsafe { view_for_elt(x).len as R_xlen_t }
 }
 
 unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
     // SAFETY: x is one of our views; data2 is NULL or its private plain copy.
     unsafe {
-        let view = this(x);
+        let view = view_for_elt(x);
+        if view.kind != Kind::Character {
+            // Answered from the View, without calling into R: read_at is the
+            // private mapping or copy once there is one, and write_at is set
+            // with either. R asks once per element in range(), t(), split().
+            if writeable == Rboolean::FALSE {
+                return view.data_ptr() as *mut c_void;
+            }
+            let w = view.write_at.get();
+            if !w.is_null() {
+                return w.cast::<c_void>();
+            }
+        }
         let d2 = R_altrep_data2(x);
         if d2 != nil() {
             return data_mut(d2);
@@ -88,9 +101,6 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
             Rf_unprotect(1);
             return data_mut(copy);
         }
-        if writeable == Rboolean::FALSE {
-            return view.data_ptr() as *mut c_void;
-        }
         match view.writeable_ptr() {
             Ok(p) => p.cast::<c_void>(),
             Err(_) => {
@@ -99,6 +109,7 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
                 R_set_altrep_data2(x, copy);
                 Rf_unprotect(1);
                 view.read_at.set(data_mut(copy).cast::<u8>());
+                view.write_at.set(data_mut(copy).cast::<u8>());
                 data_mut(copy)
             }
         }
@@ -108,7 +119,7 @@ unsafe extern "C" fn dataptr(x: SEXP, writeable: Rboolean) -> *mut c_void {
 unsafe extern "C" fn dataptr_or_null(x: SEXP) -> *const c_void {
     // SAFETY: x is one of our views.
     unsafe {
-        let view = this(x);
+        let view = view_for_elt(x);
         if view.kind == Kind::Character {
             let d2 = R_altrep_data2(x);
             // NULL tells R to read element by element (no materialization).
@@ -314,7 +325,7 @@ macro_rules! elt_methods {
         unsafe extern "C" fn $region(x: SEXP, i: R_xlen_t, n: R_xlen_t, buf: *mut $t) -> R_xlen_t {
             // SAFETY: copies min(n, length - i) elements into R's buffer of n elements.
             unsafe {
-                let v = this(x);
+                let v = view_for_elt(x);
                 let len = v.len as R_xlen_t;
                 if i < 0 || i >= len || n <= 0 {
                     return 0;
