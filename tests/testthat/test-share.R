@@ -124,6 +124,41 @@ test_that("element reads through ALTREP Elt (X[, j]) see the right view as views
   rm(views); invisible(gc())
 })
 
+test_that("Length and Dataptr (range, t, split) answer for the right view as views come and go", {
+  # Like Elt, they keep the last view asked about instead of calling into R.
+  mats <- lapply(1:3, function(k) matrix(as.double(seq_len(4096 * 4)) * k, 4096))
+  views <- lapply(mats, share)
+  for (k in c(1:3, 3:1)) {
+    expect_identical(range(views[[k]]), range(mats[[k]]))
+    expect_identical(t(views[[k]]), t(mats[[k]]))
+    expect_identical(length(views[[k]]), length(mats[[k]]))
+  }
+  expect_identical(views[[1]] + views[[2]], mats[[1]] + mats[[2]])
+  f <- rep(1:7, length.out = 4096 * 4)
+  expect_identical(split(views[[2]], f), split(mats[[2]], f))
+  for (r in 1:30) {
+    m <- matrix(runif(4096 * 2) + r, 4096)
+    v <- share(m)
+    expect_identical(range(v), range(m))
+    expect_identical(t(v), t(m))
+    rm(v)
+    invisible(gc())
+  }
+  rm(views); invisible(gc())
+})
+
+test_that("a write after read-only Dataptr calls lands in the writer's copy only", {
+  skip_if_not_installed("data.table")
+  x <- as.double(1:5000)
+  l <- list(a = share(x))
+  expect_identical(range(l$a), c(1, 5000))          # read-only and writeable pointers handed out
+  data.table::setDT(l)
+  data.table::set(l, 1L, "a", 6000)
+  expect_identical(range(l$a), c(2, 6000))
+  expect_identical(t(l$a)[1, 1:2], c(6000, 2))
+  expect_identical(share(x)[1], 1)                   # the segment is as it was
+})
+
 test_that("element reads after an in-place write (data.table::set) see the writer's copy", {
   skip_if_not_installed("data.table")
   x <- as.double(1:5000)

@@ -77,8 +77,9 @@ unsafe fn this<'a>(x: SEXP) -> &'a View {
 /// R calls the shells only on objects of our classes; `out` is the shell's.
 #[no_mangle]
 pub unsafe extern "C" fn ps_view_length(x: SEXP, out: *mut R_xlen_t) -> c_int {
-    // SAFETY: x is one of our views.
-    unsafe { method(Site::Length, out, || Ok(this(x).len as R_xlen_t)) }
+    // SAFETY: x is one of our views. R asks once per element in range(), t(),
+    // split(): the cached View answers without calling into R.
+    unsafe { method(Site::Length, out, || Ok(view_for_elt(x).len as R_xlen_t)) }
 }
 
 /// # Safety
@@ -88,7 +89,19 @@ pub unsafe extern "C" fn ps_view_dataptr(x: SEXP, writeable: Rboolean, out: *mut
     // SAFETY: x is one of our views; data2 is NULL or its private plain copy.
     unsafe {
         method(Site::Dataptr, out, || {
-            let view = this(x);
+            let view = view_for_elt(x);
+            if view.kind != Kind::Character {
+                // Answered from the View, without calling into R: read_at is the
+                // private mapping or copy once there is one, and write_at is set
+                // with either. R asks once per element in range(), t(), split().
+                if writeable == Rboolean::FALSE {
+                    return Ok(view.data_ptr() as *mut c_void);
+                }
+                let w = view.write_at.get();
+                if !w.is_null() {
+                    return Ok(w.cast::<c_void>());
+                }
+            }
             let d2 = R_altrep_data2(x);
             if d2 != nil() {
                 return Ok(data_mut(d2));
@@ -97,15 +110,13 @@ pub unsafe extern "C" fn ps_view_dataptr(x: SEXP, writeable: Rboolean, out: *mut
                 // R wants an array of R strings: only a full copy can give it.
                 return Ok(data_mut(keep_private_copy(x, view)?));
             }
-            if writeable == Rboolean::FALSE {
-                return Ok(view.data_ptr() as *mut c_void);
-            }
             match view.writeable_ptr() {
                 Ok(p) => Ok(p.cast::<c_void>()),
                 Err(_) => {
                     // No private mapping possible (address space): a full private copy.
                     let copy = keep_private_copy(x, view)?;
                     view.read_at.set(data_mut(copy).cast::<u8>());
+                    view.write_at.set(data_mut(copy).cast::<u8>());
                     Ok(data_mut(copy))
                 }
             }
@@ -135,7 +146,7 @@ pub unsafe extern "C" fn ps_view_dataptr_or_null(x: SEXP, out: *mut *const c_voi
     // SAFETY: x is one of our views.
     unsafe {
         method(Site::DataptrOrNull, out, || {
-            let view = this(x);
+            let view = view_for_elt(x);
             if view.kind == Kind::Character {
                 let d2 = R_altrep_data2(x);
                 // NULL tells R to read element by element (no materialization).
@@ -400,7 +411,7 @@ macro_rules! elt_methods {
             // SAFETY: copies min(n, length - i) elements into R's buffer of n elements.
             unsafe {
                 method(Site::GetRegion, out, || {
-                    let v = this(x);
+                    let v = view_for_elt(x);
                     let len = v.len as R_xlen_t;
                     if i < 0 || i >= len || n <= 0 {
                         return Ok(0);

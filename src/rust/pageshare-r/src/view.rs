@@ -35,6 +35,11 @@ pub struct View {
     /// Where reads go now (the shared mapping, then the private one): cached so
     /// that the per-element methods, which R calls in tight loops, stay cheap.
     pub read_at: Cell<*const u8>,
+    /// The writeable pointer handed out (the private mapping, or the private
+    /// copy in data2 where no mapping could be made); null until R first asks
+    /// for one. Cached, like `read_at`, so that R's per-element Dataptr calls
+    /// answer without calling into R.
+    pub write_at: Cell<*mut u8>,
     /// The R object whose data1 points here (set once by make_view): lets the
     /// Elt cache check that a cached View belongs to the object asked about.
     object: SEXP,
@@ -73,6 +78,7 @@ impl View {
         let map = p.as_mut().expect("made above");
         let ptr = map[d0 + start..d0 + start + self.bytes()].as_mut_ptr();
         self.read_at.set(ptr);
+        self.write_at.set(ptr);
         Ok(ptr)
     }
 
@@ -201,6 +207,7 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
         materializations: Cell::new(0),
         private: RefCell::new(None),
         read_at: Cell::new(std::ptr::null()),
+        write_at: Cell::new(std::ptr::null_mut()),
         object: std::ptr::null_mut(),
     };
     view.read_at.set(if kind == Kind::Character { std::ptr::null() } else { view.shared_ptr() });
@@ -280,10 +287,12 @@ pub unsafe fn plain_copy(x: SEXP, view: &View) -> Result<SEXP, RError> {
     Ok(ans)
 }
 
-/// The `View` of the last view whose element an ALTREP `Elt` method read.
-/// R 4.2 extracts `X[, j]` element by element through `Elt`; finding the View
-/// costs two calls into R (data1, then the external pointer's address) per
-/// element, about a third of the extra time over an ordinary vector.
+/// The `View` of the last view a per-element method (Elt, Length, Dataptr,
+/// Dataptr_or_null, Get_region) was called on. R 4.2 extracts `X[, j]` element
+/// by element through `Elt`, and `range()`, `t()`, `split()` ask for the length
+/// and the data pointer once per element; finding the View costs two calls into
+/// R (data1, then the external pointer's address) each time, about a third of
+/// the extra time over an ordinary vector.
 ///
 /// A cached View is used only for the object it names (`View::object`). Sound
 /// because a live view's View never moves; a View is freed only by its
@@ -298,7 +307,9 @@ fn forget_last_view() {
     LAST_VIEW.store(std::ptr::null_mut(), Ordering::Relaxed);
 }
 
-/// `view_unchecked(x)` through the one-entry cache above: for `Elt` methods.
+/// `view_unchecked(x)` through the one-entry cache above: for the methods R
+/// calls once per element (`Elt`, and `Length` and `Dataptr` in `range()`,
+/// `t()`, `split()`, `tapply()`, `apply()`).
 ///
 /// # Safety
 /// `x` must be a live view.
@@ -327,10 +338,15 @@ pub unsafe fn view_unchecked<'a>(x: SEXP) -> &'a View {
 }
 
 /// Where reads of `x` come from: its private copy if it has one, else the mapping.
+/// A numeric view's `read_at` already points into its private copy when it has
+/// one (data2 is set only together with it), so only character views ask R.
 ///
 /// # Safety
 /// `x` must be the view `view`.
 pub unsafe fn read_ptr(x: SEXP, view: &View) -> *const u8 {
+    if view.kind != Kind::Character {
+        return view.data_ptr();
+    }
     // SAFETY: data2 is either NULL or a plain vector of the same type and length.
     unsafe {
         let d2 = R_altrep_data2(x);
