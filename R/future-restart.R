@@ -6,7 +6,8 @@
 # future's registry of running futures (its FutureError is raised before it is
 # removed), the dead node stays in the cluster, and a node whose future was
 # never collected keeps an unread reply that the next call on it reads as its
-# own answer. So before each launch (run() below), every node is checked:
+# own answer. So before each launch (run(), future-methods-legacy.R), every
+# node is checked:
 # * a node that a registered future runs on and whose process is gone: the
 #   future is dropped from the registry (its result() still fails with future's
 #   FutureError naming the worker) and the node is replaced;
