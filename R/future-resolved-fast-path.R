@@ -26,7 +26,7 @@ nothing_to_read <- function(x, timeout = NULL) {
   if (is.null(timeout)) {
     timeout <- getOption("future.cluster.resolved.timeout", getOption("future.resolved.timeout", 0.01))
   }
-  if (!is.numeric(timeout) || length(timeout) != 1L || is.na(timeout) || timeout < 0) return(FALSE)
+  if (!is_number(timeout, min = 0)) return(FALSE)
   ready <- tryCatch(socketSelect(list(con), write = FALSE, timeout = timeout), error = function(e) NA)
   identical(ready, FALSE)
 }

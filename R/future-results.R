@@ -102,7 +102,3 @@ adopt_views <- function(x, pid, depth = 0L) {
   }
   invisible()
 }
-
-share_results_enabled <- function() {
-  isTRUE(getOption("pageshare.share_results", TRUE))
-}
