@@ -77,7 +77,7 @@ registerDoShm <- function(cl, cores = NULL, ...) {
   }
   opts <- list(...)
   unknown <- setdiff(names(opts), "nocompile")
-  if (length(opts) && (is.null(names(opts)) || any(!nzchar(names(opts))))) {
+  if (!has_names(opts)) {
     unknown <- c(unknown, "<unnamed>")
   }
   if (length(unknown)) {
@@ -86,9 +86,7 @@ registerDoShm <- function(cl, cores = NULL, ...) {
   }
   nocompile <- isTRUE(opts$nocompile)
   if (missing(cl) || is.null(cl) || is.numeric(cl)) {
-    n <- if (!missing(cl) && is.numeric(cl)) check_worker_count(cl, "cl")
-         else if (!is.null(cores)) check_worker_count(cores, "cores")
-         else worker_count()
+    n <- if (!missing(cl) && is.numeric(cl)) worker_count(cl, "cl") else worker_count(cores, "cores")
     data <- list(cluster = NULL, cores = n, nocompile = nocompile, local = TRUE)
   } else if (inherits(cl, "cluster")) {
     load_on_workers(cl)
@@ -121,9 +119,9 @@ doshm_options <- function(obj) {
   for (nm in names(given)) {
     val <- given[[nm]]
     ok <- switch(nm,
-      preschedule = , attachExportEnv = is.logical(val) && length(val) == 1L && !is.na(val),
-      chunk.size = is.numeric(val) && length(val) == 1L && !is.na(val) && val >= 1 && val == round(val),
-      scheduling = is.numeric(val) && length(val) == 1L && !is.na(val) && val > 0,
+      preschedule = , attachExportEnv = is_flag(val),
+      chunk.size = is_number(val, min = 1) && val == round(val),
+      scheduling = is_number(val) && val > 0,
       NA)
     if (is.na(ok)) {
       warning(sprintf("ignoring unknown foreach backend option %s", dQuote(nm, FALSE)), call. = FALSE)

@@ -6,7 +6,8 @@
 # future's registry of running futures (its FutureError is raised before it is
 # removed), the dead node stays in the cluster, and a node whose future was
 # never collected keeps an unread reply that the next call on it reads as its
-# own answer. So before each launch (run() below), every node is checked:
+# own answer. So before each launch (run(), future-methods-legacy.R), every
+# node is checked:
 # * a node that a registered future runs on and whose process is gone: the
 #   future is dropped from the registry (its result() still fails with future's
 #   FutureError naming the worker) and the node is replaced;
@@ -30,14 +31,14 @@ remember_worker_options <- function(cl, rscript_libs, rscript_args) {
 heal_plan_workers <- function(future) {
   cl <- future[["workers"]]
   name <- attr(cl, "name", exact = TRUE)
-  if (!inherits(cl, "cluster") || !is.character(name) || length(name) != 1L) return(invisible())
+  if (!inherits(cl, "cluster") || !is_string(name)) return(invisible())
   reg <- paste0("workers-", name)
   FutureRegistry <- foreign_internal("future", "FutureRegistry")
   busy <- integer()
   bad <- integer()
   for (f in FutureRegistry(reg, action = "list", earlySignal = FALSE)) {
     i <- f[["node"]]
-    if (!is.numeric(i) || length(i) != 1L || i > length(cl)) next
+    if (!is_number(i) || i > length(cl)) next
     if (node_process_gone(cl[[i]])) {
       FutureRegistry(reg, action = "remove", future = f, earlySignal = FALSE)
       bad <- c(bad, i)
@@ -86,7 +87,7 @@ nodes_out_of_step <- function(nodes, pids = vapply(nodes, node_pid, integer(1)))
 
 node_pid <- function(node) {
   pid <- tryCatch(node[["session_info"]][["process"]][["pid"]], error = function(e) NULL)
-  if (is.numeric(pid) && length(pid) == 1L && !is.na(pid)) as.integer(pid) else NA_integer_
+  if (is_number(pid)) as.integer(pid) else NA_integer_
 }
 
 node_process_gone <- function(node) {

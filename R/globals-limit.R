@@ -38,8 +38,7 @@ lifted_value <- function(i) 1e300 * (1 + i * 1e-6)
 # The user's limit a value of the option stands for and the chunk factor k, or
 # NULL when the value is not one pageshare issued (or a multiple of one).
 decode_limit <- function(value) {
-  if (!is.numeric(value) || length(value) != 1L || is.na(value) || !is.finite(value) ||
-      value < 5e299) {
+  if (!is_number(value, min = 5e299, finite = TRUE)) {
     return(NULL)
   }
   for (entry in rev(limit_state$issued)) {

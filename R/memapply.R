@@ -47,7 +47,7 @@
 #' @export
 memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
   FUN <- match.fun(FUN)
-  if (!is.numeric(MARGIN) || length(MARGIN) != 1L || is.na(MARGIN) || !MARGIN %in% c(1, 2)) {
+  if (!is_number(MARGIN) || !MARGIN %in% c(1, 2)) {
     pageshare_stop("margin", paste(format(MARGIN), collapse = " "))
   }
   MARGIN <- as.integer(MARGIN)
@@ -59,8 +59,8 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
     if (MARGIN == 2L) {
       mode <- 3L   # element-wise over the columns
     } else {
-      ok <- vapply(X, function(col) (is.numeric(col) || is.logical(col)) && !is.factor(col), logical(1))
-      if (!all(ok)) pageshare_stop("df_rows", or_none(names(X)[!ok]))
+      bad <- non_numeric_columns(X)
+      if (length(bad)) pageshare_stop("df_rows", or_none(bad))
       X <- as.matrix(X)
     }
   } else if (length(dim(X)) != 2L || !is.atomic(X)) {
@@ -119,10 +119,8 @@ describe_object <- function(x) {
 
 # View of a registered variable named `name`; retrieved views are released on exit.
 by_name <- function(name, namespace, arg, held) {
-  if (length(name) != 1L || is.na(name) || !nzchar(name)) pageshare_stop("not_string", arg)
-  if (!is.character(namespace) || length(namespace) != 1L || is.na(namespace) || !nzchar(namespace)) {
-    pageshare_stop("name_needs_namespace", arg)
-  }
+  check_string(name, arg)
+  check_string(namespace, arg, "name_needs_namespace")
   key <- view_key(namespace, name)
   already <- exists(key, envir = views_held, inherits = FALSE)
   v <- retrieveViews(namespace, name)[[1L]]
@@ -140,15 +138,13 @@ release_held <- function(held) {
 resolve_vars <- function(VARS, NAMESPACE, held) {
   if (is.null(VARS)) return(list())
   if (is.character(VARS) && is.null(dim(VARS))) {
-    if (!is.character(NAMESPACE) || length(NAMESPACE) != 1L || is.na(NAMESPACE) || !nzchar(NAMESPACE)) {
-      pageshare_stop("name_needs_namespace", "VARS")
-    }
+    check_string(NAMESPACE, "VARS", "name_needs_namespace")
     out <- lapply(VARS, by_name, namespace = NAMESPACE, arg = "VARS", held = held)
     names(out) <- VARS
     return(out)
   }
   nms <- names(VARS)
-  if (!is.list(VARS) || is.data.frame(VARS) || length(VARS) && (is.null(nms) || anyNA(nms) || any(!nzchar(nms)))) {
+  if (!is.list(VARS) || is.data.frame(VARS) || !has_names(VARS)) {
     pageshare_stop("vars_format")
   }
   VARS
@@ -160,7 +156,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   if (!is.null(MAX.CORES)) MAX.CORES <- check_worker_count(MAX.CORES, "MAX.CORES")
   if (n == 0L) return(stats::setNames(list(), nms))
   if (is.null(CLUSTER)) {
-    cl <- pool_workers(if (is.null(MAX.CORES)) NULL else MAX.CORES)
+    cl <- pool_workers(MAX.CORES)
     local <- TRUE
   } else {
     if (!inherits(CLUSTER, "cluster")) pageshare_stop("not_cluster", describe_object(CLUSTER))

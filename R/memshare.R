@@ -10,16 +10,10 @@ views_held <- new.env(parent = emptyenv())   # "ns\rvar" -> view
 
 view_key <- function(namespace, variable) paste0(namespace, "\r", variable)
 
-check_namespace <- function(namespace) {
-  if (!is.character(namespace) || length(namespace) != 1L || is.na(namespace) || !nzchar(namespace)) {
-    pageshare_stop("not_string", "namespace")
-  }
-}
-
-check_names <- function(variableNames, arg = "variableNames") {
-  if (!is.character(variableNames) || anyNA(variableNames) || any(!nzchar(variableNames))) {
-    pageshare_stop("not_character", arg)
-  }
+# The arguments of the memshare functions that name variables of a namespace.
+check_variables <- function(namespace, variableNames, arg = "variableNames") {
+  check_string(namespace, "namespace")
+  if (!is_names(variableNames)) pageshare_stop("not_character", arg)
 }
 
 registered_here <- function(namespace) {
@@ -48,10 +42,10 @@ registered_here <- function(namespace) {
 #' releaseVariables("demo", c("X", "y"))
 #' @export
 registerVariables <- function(namespace, variableList) {
-  check_namespace(namespace)
+  check_string(namespace, "namespace")
   nms <- names(variableList)
   if (!is.list(variableList) || is.object(variableList) && !identical(class(variableList), "list") ||
-      length(variableList) && (is.null(nms) || anyNA(nms) || any(!nzchar(nms)))) {
+      !has_names(variableList)) {
     pageshare_stop("not_named_list")
   }
   for (i in seq_along(variableList)) {
@@ -86,8 +80,7 @@ registerVariables <- function(namespace, variableList) {
 #' releaseVariables("demo2", "X")
 #' @export
 retrieveViews <- function(namespace, variableNames) {
-  check_namespace(namespace)
-  check_names(variableNames)
+  check_variables(namespace, variableNames)
   dir <- segment_dir()
   out <- lapply(variableNames, function(var) {
     key <- view_key(namespace, var)
@@ -126,8 +119,7 @@ retrieveViews <- function(namespace, variableNames) {
 #' releaseVariables("demo3", "v")
 #' @export
 releaseViews <- function(namespace, variableNames) {
-  check_namespace(namespace)
-  check_names(variableNames)
+  check_variables(namespace, variableNames)
   keys <- view_key(namespace, variableNames)
   missing <- !vapply(keys, exists, logical(1), envir = views_held, inherits = FALSE)
   if (any(missing)) {
@@ -149,8 +141,7 @@ releaseViews <- function(namespace, variableNames) {
 #' releaseVariables("demo4", "v")
 #' @export
 releaseVariables <- function(namespace, variableNames) {
-  check_namespace(namespace)
-  check_names(variableNames)
+  check_variables(namespace, variableNames)
   dir <- segment_dir()
   mine <- registered_here(namespace)
   unknown <- setdiff(variableNames, mine)
@@ -177,8 +168,7 @@ releaseVariables <- function(namespace, variableNames) {
 #' releaseVariables("demo5", "X")
 #' @export
 retrieveMetadata <- function(namespace, variableName) {
-  check_namespace(namespace)
-  check_names(variableName, "variableName")
+  check_variables(namespace, variableName, "variableName")
   describe <- function(var) {
     v <- retrieveViews(namespace, var)[[1L]]
     d <- dim(v)
@@ -234,7 +224,7 @@ viewList <- function() as.list(held_view_names())
 #' pageList()
 #' @export
 memshare_gc <- function(namespace, cluster = NULL) {
-  check_namespace(namespace)
+  check_string(namespace, "namespace")
   release_namespace <- function(namespace) {
     views <- pageshare:::held_view_names(namespace)
     if (length(views)) pageshare::releaseViews(namespace, views)

@@ -182,25 +182,15 @@ mutualinfo <- function(x, y, isXDiscrete = FALSE, isYDiscrete = FALSE,
 
 mi_method <- function(method) {
   if (identical(method, c("pde", "memshare"))) return("pde")
-  if (!is.character(method) || length(method) != 1L || is.na(method) || !method %in% c("pde", "memshare")) {
+  if (!is_string(method) || !method %in% c("pde", "memshare")) {
     pageshare_stop("mi_method", describe_value(method))
   }
   method
 }
 
-check_flag <- function(x, arg) {
-  if (!is.logical(x) || length(x) != 1L || is.na(x)) pageshare_stop("mi_flag", arg)
-}
-
-check_number <- function(x, arg, min) {
-  if (!is.numeric(x) || length(x) != 1L || !is.finite(x) || x < min) {
-    pageshare_stop("mi_number", arg, sprintf("of at least %s", format(min)), describe_value(x))
-  }
-}
-
 check_base <- function(base) {
-  if (!is.numeric(base) || length(base) != 1L || !is.finite(base) || base <= 1) {
-    pageshare_stop("mi_number", "base", "greater than 1", describe_value(base))
+  if (!is_number(base, finite = TRUE) || base <= 1) {
+    pageshare_stop("number", "base", "greater than 1", describe_value(base))
   }
 }
 
@@ -208,8 +198,8 @@ check_base <- function(base) {
 # numeric matrices and data frames converted.
 mi_matrix <- function(X) {
   if (is.data.frame(X)) {
-    ok <- vapply(X, function(col) (is.numeric(col) || is.logical(col)) && !is.factor(col), logical(1))
-    if (!all(ok)) pageshare_stop("mi_df", or_none(names(X)[!ok]))
+    bad <- non_numeric_columns(X)
+    if (length(bad)) pageshare_stop("mi_df", or_none(bad))
     X <- as.matrix(X)
     if (!is.double(X)) storage.mode(X) <- "double"
     return(X)
@@ -244,7 +234,7 @@ mi_block <- 256L
 
 mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
   p <- ncol(X)
-  n_workers <- min(if (is.null(cores)) worker_count() else cores, p)
+  n_workers <- min(worker_count(cores), p)
   if (n_workers <= 1L) {
     blocks <- split(seq_len(p), (seq_len(p) - 1L) %/% mi_block)
     res <- lapply(blocks, function(cols) mi_worker(cols, X, nrow(X), cls$codes, cls$k, method, eps, na.rm,

@@ -72,60 +72,81 @@
 #' options(old)
 NULL
 
+# Each option's default, stated once: `default` is set when the package loads
+# (a function is called then; NULL sets nothing), unless the option is set
+# already or its environment variable `env` is (read through `parse`);
+# `unset` is what pageshare_option() answers while the option is unset
+# (a function is called then), when it differs from `default`. An option
+# without `env` is not set at load: it reads as its default.
 option_defaults <- list(
   pageshare.cache_limit = list(env = "PAGESHARE_CACHE_LIMIT", parse = as.numeric,
                                default = function() tryCatch(0.25 * .Call(ps_free_bytes),
-                                                             error = function(e) Inf)),
+                                                             error = function(e) Inf),
+                               unset = Inf),
   pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
   pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
+  pageshare.share_results = list(default = TRUE),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
   pageshare.worker_vsize = list(env = "PAGESHARE_WORKER_VSIZE", default = 16 * 2^20, parse = as.numeric),
   # Unset by default and counted when a pool starts (worker_count()): loading
   # parallelly in every process that loads pageshare, workers included, costs
   # each ~10 MB.
-  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = NULL, parse = as.numeric)
+  pageshare.workers = list(env = "PAGESHARE_WORKERS", default = NULL, parse = as.numeric,
+                           unset = function() default_worker_count())
 )
 
 load_option_defaults <- function() {
   for (name in names(option_defaults)) {
     spec <- option_defaults[[name]]
-    if (is.null(getOption(name))) {
-      env <- Sys.getenv(spec$env, "")
-      value <- if (nzchar(env)) spec$parse(env)
-               else if (is.function(spec$default)) spec$default() else spec$default
-      if (!is.null(value)) options(stats::setNames(list(value), name))
-    }
+    if (is.null(spec$env) || !is.null(getOption(name))) next
+    env <- Sys.getenv(spec$env, "")
+    value <- if (nzchar(env)) spec$parse(env)
+             else if (is.function(spec$default)) spec$default() else spec$default
+    if (!is.null(value)) options(stats::setNames(list(value), name))
   }
 }
 
+# The value of pageshare's option `name`, or its default while it is unset.
+pageshare_option <- function(name) {
+  value <- getOption(name)
+  if (!is.null(value)) return(value)
+  spec <- option_defaults[[name]]
+  unset <- if ("unset" %in% names(spec)) spec$unset else spec$default
+  if (is.function(unset)) unset() else unset
+}
+
+# A size option: a single number of at least `min` bytes, else the error `key`.
+size_option <- function(name, key, min = 0) {
+  value <- pageshare_option(name)
+  if (!is_number(value, min = min)) pageshare_stop(key)
+  value
+}
+
 segment_dir <- function() {
-  dir <- getOption("pageshare.dir", "/dev/shm")
-  if (!is.character(dir) || length(dir) != 1L || is.na(dir) || !dir.exists(dir)) {
+  dir <- pageshare_option("pageshare.dir")
+  if (!is_string(dir) || !dir.exists(dir)) {
     pageshare_stop("dir_option", paste(format(dir), collapse = " "))
   }
   normalizePath(dir, mustWork = TRUE)
 }
 
-share_threshold <- function() {
-  t <- getOption("pageshare.threshold", 1048576)
-  if (!is.numeric(t) || length(t) != 1L || is.na(t) || t < 0) pageshare_stop("threshold_option")
-  t
-}
+share_threshold <- function() size_option("pageshare.threshold", "threshold_option")
 
+# (A cache limit that is not a size means no limit.)
 cache_limit <- function() {
-  l <- getOption("pageshare.cache_limit", Inf)
-  if (!is.numeric(l) || length(l) != 1L || is.na(l) || l < 0) Inf else l
+  l <- pageshare_option("pageshare.cache_limit")
+  if (is_number(l, min = 0)) l else Inf
 }
 
-release_source <- function() isTRUE(getOption("pageshare.release_source", TRUE))
+release_source <- function() isTRUE(pageshare_option("pageshare.release_source"))
+
+share_results_enabled <- function() isTRUE(pageshare_option("pageshare.share_results"))
 
 # Hand option pageshare.max_shared_bytes to the Rust side, which checks it at
 # every segment it makes; called before each call that may make one.
 sync_shared_budget <- function() {
-  b <- getOption("pageshare.max_shared_bytes", Inf)
-  if (!is.numeric(b) || length(b) != 1L || is.na(b) || b < 0) pageshare_stop("budget_option")
-  .Call(ps_set_budget, as.double(b))
+  .Call(ps_set_budget, as.double(size_option("pageshare.max_shared_bytes", "budget_option")))
 }
 
 # The Rscript arguments that set the vector heap of a worker pageshare starts
@@ -133,9 +154,9 @@ sync_shared_budget <- function() {
 # which win: R reads its command line left to right). None when the user
 # chose otherwise: R_VSIZE in the environment, or --min-vsize of their own.
 worker_heap_args <- function(rscript_args = NULL) {
-  v <- getOption("pageshare.worker_vsize", 16 * 2^20)
+  v <- pageshare_option("pageshare.worker_vsize")
   off <- length(v) == 1L && is.atomic(v) && is.na(v)
-  if (!off && !(is.numeric(v) && length(v) == 1L && is.finite(v) && v >= 2^20)) {
+  if (!off && !is_number(v, min = 2^20, finite = TRUE)) {
     pageshare_stop("worker_vsize_option")
   }
   if (off || nzchar(Sys.getenv("R_VSIZE")) ||
@@ -143,8 +164,4 @@ worker_heap_args <- function(rscript_args = NULL) {
     return(rscript_args)
   }
   c(sprintf("--min-vsize=%.0f", ceiling(v)), rscript_args)
-}
-
-worker_count <- function() {
-  check_worker_count(getOption("pageshare.workers", default_worker_count()), "pageshare.workers")
 }

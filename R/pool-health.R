@@ -9,6 +9,17 @@
 # /proc/<pid>/stat in Rust for each, the rule the watchdog uses.
 process_gone <- function(pids) .Call(ps_processes_gone, pids)
 
+# Waits up to `timeout` seconds until the processes `pids` are gone (every
+# one, or with `all = FALSE` any one); returns process_gone(pids) then.
+wait_processes_gone <- function(pids, timeout, all = TRUE) {
+  deadline <- Sys.time() + timeout
+  repeat {
+    gone <- process_gone(pids)
+    if ((if (all) base::all(gone) else any(gone)) || Sys.time() > deadline) return(gone)
+    Sys.sleep(0.01)
+  }
+}
+
 # Evaluate `expr`, a call on the nodes `cl` of the pool (nothing to do for a
 # user's cluster: `on_pool` FALSE). `task_of(i)` describes the task sent to
 # node i (for the message).
@@ -19,12 +30,7 @@ with_pool_health <- function(expr, cl, on_pool, task_of = function(i) "its task"
     pids <- pool_pids()
     # A killed process closes its sockets before the kernel marks it dead:
     # give it a moment.
-    deadline <- Sys.time() + 0.5
-    repeat {
-      dead <- which(process_gone(pids))
-      if (length(dead) || Sys.time() > deadline) break
-      Sys.sleep(0.01)
-    }
+    dead <- which(wait_processes_gone(pids, 0.5, all = FALSE))
     if (!length(dead)) stop(e)
     stop_pool(pool)
     i <- dead[1L]

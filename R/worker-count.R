@@ -2,6 +2,13 @@
 # `workers`, registerDoShm()'s `cores`, memApply()'s `MAX.CORES`, option
 # `pageshare.workers`).
 
+# The number of workers to use: `n` when given (checked, naming `arg`), else
+# option `pageshare.workers` (unset: default_worker_count()).
+worker_count <- function(n = NULL, arg = "cores") {
+  if (is.null(n)) check_worker_count(pageshare_option("pageshare.workers"), "pageshare.workers")
+  else check_worker_count(n, arg)
+}
+
 # The default: the cores this process may use (parallelly::availableCores()
 # honours cgroup limits, CPU affinity and the scheduler's settings, where
 # detectCores() counts the machine's), leaving connections free for the user
@@ -11,7 +18,7 @@
 # formals outside this namespace.)
 default_worker_count <- function() {
   cores <- tryCatch(parallelly::availableCores(), error = function(e) parallel::detectCores())
-  if (!is.numeric(cores) || length(cores) != 1L || is.na(cores)) cores <- 1L
+  if (!is_number(cores)) cores <- 1L
   as.integer(max(1L, min(cores, parallelly::freeConnections() - 16L)))
 }
 
@@ -31,10 +38,6 @@ check_worker_count <- function(n, arg) {
     pageshare_stop("worker_count", arg, limit, describe_value(n))
   }
   as.integer(n)
-}
-
-is_whole_count <- function(n) {
-  is.numeric(n) && length(n) == 1L && !is.na(n) && is.finite(n) && n == round(n) && n >= 1
 }
 
 describe_value <- function(x) {

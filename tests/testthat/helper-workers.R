@@ -11,13 +11,7 @@ segments_now <- function() {
 # Wait until the processes `pids` are gone (TRUE) or the timeout passes (FALSE).
 # A zombie is gone: killed workers are orphans, reaped late by PID 1.
 pids_gone <- function(pids, timeout = 10) {
-  deadline <- Sys.time() + timeout
-  repeat {
-    alive <- pids[!pageshare:::process_gone(pids)]
-    if (!length(alive)) return(TRUE)
-    if (Sys.time() > deadline) return(FALSE)
-    Sys.sleep(0.05)
-  }
+  all(pageshare:::wait_processes_gone(pids, timeout))
 }
 
 # Pids of the workers of a cluster (one round trip).

@@ -1,0 +1,66 @@
+# One checker family for the arguments and options of every front door.
+#
+# The predicates (is_*(), has_names()) say whether a value keeps a rule and
+# never fail; the check_*() functions raise pageshare's classed error (see
+# messages.R: the message names the argument). The rules with a message of
+# their own (worker counts, options) are in worker-count.R and options.R and
+# build on these predicates.
+
+# A single string: not NA, not empty.
+is_string <- function(x) {
+  is.character(x) && length(x) == 1L && !is.na(x) && nzchar(x)
+}
+
+# A single number, not NA (nor NaN), of at least `min`; with `finite`, not
+# infinite either.
+is_number <- function(x, min = -Inf, finite = FALSE) {
+  is.numeric(x) && length(x) == 1L && !is.na(x) && (!finite || is.finite(x)) && x >= min
+}
+
+# A single whole number from 1 up, finite.
+is_whole_count <- function(n) {
+  is_number(n, min = 1, finite = TRUE) && n == round(n)
+}
+
+# TRUE or FALSE.
+is_flag <- function(x) {
+  is.logical(x) && length(x) == 1L && !is.na(x)
+}
+
+# Names: a character vector with no NA and no empty element.
+is_names <- function(x) {
+  is.character(x) && !anyNA(x) && all(nzchar(x))
+}
+
+# Every element of `x` has a name (an empty `x` has none to give).
+has_names <- function(x) {
+  !length(x) || is_names(names(x))
+}
+
+# The names of the columns of data frame `df` that are neither numeric nor
+# logical (a factor is not numeric).
+non_numeric_columns <- function(df) {
+  ok <- vapply(df, function(col) (is.numeric(col) || is.logical(col)) && !is.factor(col), logical(1))
+  names(df)[!ok]
+}
+
+# `x` must be a single non-empty string: else the error `key` (a message
+# of messages.R that takes the argument's name) naming `arg`.
+check_string <- function(x, arg, key = "not_string") {
+  if (!is_string(x)) pageshare_stop(key, arg)
+  invisible(x)
+}
+
+# `x` must be TRUE or FALSE.
+check_flag <- function(x, arg) {
+  if (!is_flag(x)) pageshare_stop("flag", arg)
+  invisible(x)
+}
+
+# `x` must be a single finite number of at least `min`.
+check_number <- function(x, arg, min) {
+  if (!is_number(x, min = min, finite = TRUE)) {
+    pageshare_stop("number", arg, sprintf("of at least %s", format(min)), describe_value(x))
+  }
+  invisible(x)
+}

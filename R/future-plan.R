@@ -1,0 +1,179 @@
+#' A multisession future backend that shares large globals
+#'
+#' `plan(shm_multisession)` behaves like `plan(multisession)` (the same
+#' background R sessions on this machine, the same arguments, [future::tweak()],
+#' `nbrOfWorkers()`, `nbrOfFreeWorkers()`, workers stopped when the plan
+#' changes) with one difference: when a future is launched, each of its globals
+#' that is a shareable vector of at least `getOption("pageshare.threshold")`
+#' bytes (also inside lists and data frame columns; small vectors of one list
+#' are packed together when they reach the threshold together) is copied once
+#' into POSIX shared memory ([share()]), and the worker receives a handle of a few
+#' hundred bytes instead of the data (the rule is the same for [registerDoShm()]
+#' and [memApply()]). Every worker reads the same pages through a
+#' read-only view; the next future (for example the next chunk of a
+#' `future_lapply()`) that uses the same object reuses the same segment.
+#' Globals that are already views (`X <- share(X)`) are sent as handles too.
+#' Large vectors that a function global reaches through its environment (for
+#' example `X` in `future_lapply(idx, function(j) f(X[, j]))` run inside a
+#' function that received `X` as an argument) are shared as well: while the
+#' future is sent, their bindings (plain values and forced promises, also
+#' locked ones) are swapped for views (equal values) and put back right after,
+#' as they were. Unforced promises are never forced (on R 4.5, which cannot
+#' tell them apart, a promise of a variable is read), missing arguments and
+#' active bindings are left alone.
+#'
+#' Results travel the same way in reverse: a value of at least the threshold
+#' computed by a worker is written into a segment there and the caller receives
+#' a handle and becomes the segment's owner (option `pageshare.share_results`,
+#' see [pageshare_options]). `value()` then returns a view.
+#'
+#' Existing code runs unchanged: replace `plan(multisession)` by
+#' `plan(shm_multisession)`.
+#'
+#' A worker whose master (the R session that set the plan) is gone, killed or
+#' crashed, ends within a fraction of a second, also in the middle of a future,
+#' instead of running on with its shared memory mapped until the future ends.
+#'
+#' @section Globals size limit:
+#' The limit on a future's globals (option `future.globals.maxSize`) exists to
+#' stop a large object from being copied to every worker, which
+#' `shm_multisession` does not do for what it shares, so no `options()` line is
+#' needed. On future >= 1.40 the backend has its own limit (the option's value
+#' when the plan is set, no limit when unset): `shm_multisession` keeps it and
+#' counts each shared global at the size of its handle; the option itself is
+#' never changed. (future.apply and furrr check the globals of the function
+#' they apply against the option itself, at their full size: with a limit you
+#' lowered they stop as under `multisession`; unset, the default, they pass.)
+#' On future < 1.40, future (before any backend code runs),
+#' future.apply and furrr check every global at its full size against the
+#' option itself, and no hook lets a backend take part, so there, and only
+#' there, pageshare changes another package's option:
+#' * While `shm_multisession` is the plan, the option holds a huge value, so
+#'   that future (before any backend code runs, on future < 1.40), future.apply
+#'   and furrr let globals pass at their full size.
+#' * When a future is launched, what it still sends by serialization (anything
+#'   the sharing rule does not share, such as an environment holding large
+#'   data) is checked against *your* limit: the value the option had when the
+#'   plan was set, scaled by the
+#'   number of elements of a chunk as future.apply and furrr scale it. Above
+#'   it, the future stops with future's own error, as under `multisession`.
+#'   Shared globals count at the size of their handles.
+#' * Your value comes back when the plan changes (on future 1.31, which has no
+#'   hook for this, at the end of the top-level call that changes it) and when
+#'   pageshare is unloaded. A value you set while the plan is active is used
+#'   as it is, as under `multisession` (shared globals then count at their full
+#'   size too, until the plan is set again).
+#'
+#' @section Fallback:
+#' If a global cannot be put into shared memory (for example because the
+#' segment directory is full), the future is sent by plain serialization, as
+#' `multisession` would send it, with one warning. `shm_multisession` never
+#' fails where `multisession` would succeed.
+#'
+#' @section future >= 1.40:
+#' The function also carries a `"factory"` attribute for the `FutureBackend`
+#' API of future 1.40 and later: a `MultisessionFutureBackend` whose futures
+#' get the same treatment of globals and results in `launchFuture()`.
+#' Verified with future 1.70.0 (future.tests 1.0.0 gives the same result as for
+#' `multisession`, and this package's tests pass); see the README.
+#'
+#' @param ... Further arguments passed on as to [future::multisession()]
+#'   (for example `rscript_startup`).
+#' @param workers Number of background R sessions (or a function returning
+#'   it), as for [future::multisession()]. The default is the number of
+#'   available cores (`parallelly::availableCores()`, or the machine's count
+#'   where that fails), but at most the number of free connections less 16
+#'   (each worker holds a connection; R has 128), as multisession does from
+#'   future 1.40 on.
+#' @param lazy If `TRUE`, the future is not launched until its value is needed.
+#' @param rscript_libs Library paths of the workers; pageshare must be
+#'   installed in one of them.
+#' @param rscript_args Further command-line arguments of the workers' `Rscript`,
+#'   as for [parallelly::makeClusterPSOCK()]. pageshare puts
+#'   `--min-vsize` (option `pageshare.worker_vsize`) before them.
+#' @param envir The environment from which globals are taken.
+#' @return A future (when called by the future framework); use it through
+#'   `future::plan(shm_multisession)`.
+#' @seealso [share()], [future::multisession()], [pageshare_options]
+#' @examples
+#' \donttest{
+#' if (requireNamespace("future", quietly = TRUE)) {
+#'   old <- future::plan(shm_multisession, workers = 2)
+#'   X <- matrix(rnorm(2e5), ncol = 20)      # 1.6 MB: shared once
+#'   f <- future::future(c(is_shared(X), sum(X[, 1])))
+#'   future::value(f)
+#'   future::plan(old)
+#' }
+#' }
+#' @export
+shm_multisession <- function(...,
+                             workers = pageshare:::default_worker_count(),
+                             lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
+                             envir = parent.frame()) {
+  workers <- check_future_workers(workers)
+  if (workers == 1L && !inherits(workers, "AsIs")) {
+    return(future::sequential(..., lazy = TRUE, envir = envir))
+  }
+  # future < 1.40 sets a plan up by launching a test future with this label
+  lift_globals_limit(fresh = identical(list(...)[["label"]], "future-plan-test"))
+  # (future < 1.40 only: from 1.40 on future uses the "factory" below)
+  # The workers start here (when the plan is set up): see nodelay_sockets().
+  rscript_args <- worker_heap_args(rscript_args)
+  f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
+                                                  rscript_libs = rscript_libs, rscript_args = rscript_args,
+                                                  envir = envir))
+  class(f) <- c("ShmMultisessionFuture", class(f))
+  remember_worker_options(f$workers, rscript_libs, rscript_args)
+  if (!lazy) f <- future::run(f)
+  invisible(f)
+}
+class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
+                             "multiprocess", "future", "function")
+attr(shm_multisession, "init") <- TRUE
+attr(shm_multisession, "untweakable") <- "persistent"
+# future >= 1.32 call a plan's "cleanup" attribute when the plan changes: the
+# user's future.globals.maxSize comes back (globals-limit.R), and the workers,
+# which are multisession's, are stopped by multisession's own cleanup (future
+# 1.32-1.3x; future 1.31 has none and stops them itself, from 1.40 the backend
+# does).
+attr(shm_multisession, "cleanup") <- function() {
+  restore_globals_limit()
+  cleanup <- attr(future::multisession, "cleanup", exact = TRUE)
+  if (is.function(cleanup)) cleanup()
+  invisible()
+}
+
+# future >= 1.40 (FutureBackend API): future() creates a plain Future and run()
+# gives it the backend's futureClasses before launchFuture(), so the run()
+# method (future-methods-legacy.R) never runs there; launchFuture()
+# (future-methods.R) does the same work.
+# future 1.31 never reads this attribute.
+attr(shm_multisession, "factory") <- function(workers = pageshare:::default_worker_count(),
+                                              rscript_libs = .libPaths(), rscript_args = NULL, ...,
+                                              lazy = NULL, envir = NULL) {
+  # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
+  # function's formals on); they are no backend fields.
+  workers <- check_future_workers(workers)
+  # (future.globals.maxSize is left alone: from future 1.40 on, a backend has
+  # its own limit, maxSizeOfObjects; see validateFutureGlobals() in
+  # future-methods.R)
+  core <- nodelay_sockets(
+    future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs,
+                                               rscript_args = worker_heap_args(rscript_args), ...))
+  if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
+  core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
+  class(core) <- c("ShmMultisessionFutureBackend", class(core))
+  core
+}
+
+# An exported function of the installed future that exists only in some of its
+# versions (MultisessionFuture up to 1.3x, MultisessionFutureBackend from 1.40),
+# looked up when the plan is used, on the version that has it.
+future_export <- function(name) getExportedValue("future", name)
+
+# `workers` (a number or a function returning one, as future allows) checked
+# by the rule of every front door, keeping a class such as "AsIs".
+check_future_workers <- function(workers) {
+  if (is.function(workers)) workers <- workers()
+  structure(check_worker_count(workers, "workers"), class = class(workers))
+}
