@@ -14,7 +14,7 @@
 //!   then gives it the attributes, object bit and levels it read.
 
 use crate::boundary::{method, RError};
-use crate::faults::Site;
+use crate::faults::{none_armed, Site};
 use crate::r_calls::{self, Protect};
 use crate::r_sys::*;
 use crate::view::{in_handle_scope, make_view, plain_copy, read_ptr, string_elt, view_for_elt, view_unchecked, View};
@@ -71,14 +71,23 @@ unsafe fn this<'a>(x: SEXP) -> &'a View {
 // ---- altrep methods -------------------------------------------------------------
 //
 // Each is called by its C shell in src/view_methods.c, which raises the error
-// of a method that returns 1 (see boundary.rs).
+// of a method that returns 1 (see boundary.rs). R calls Length, Dataptr,
+// Dataptr_or_null and Elt once per element in range(), t(), split(): for a
+// numeric view these answer first from the View at hand, on a path that
+// calls nothing that can panic or raise (field reads and pointer
+// arithmetic), and take the wrapper only for the rest (or when a test
+// injects a fault).
 
 /// # Safety
 /// R calls the shells only on objects of our classes; `out` is the shell's.
 #[no_mangle]
 pub unsafe extern "C" fn ps_view_length(x: SEXP, out: *mut R_xlen_t) -> c_int {
-    // SAFETY: x is one of our views. R asks once per element in range(), t(),
-    // split(): the cached View answers without calling into R.
+    if none_armed() {
+        // SAFETY: x is one of our views; out is the shell's (the fast path above).
+        unsafe { out.write(view_for_elt(x).len as R_xlen_t) };
+        return 0;
+    }
+    // SAFETY: x is one of our views.
     unsafe { method(Site::Length, out, || Ok(view_for_elt(x).len as R_xlen_t)) }
 }
 
@@ -86,6 +95,18 @@ pub unsafe extern "C" fn ps_view_length(x: SEXP, out: *mut R_xlen_t) -> c_int {
 /// As for [`ps_view_length`].
 #[no_mangle]
 pub unsafe extern "C" fn ps_view_dataptr(x: SEXP, writeable: Rboolean, out: *mut *mut c_void) -> c_int {
+    if none_armed() {
+        // SAFETY: x is one of our views; out is the shell's (the fast path above).
+        let view = unsafe { view_for_elt(x) };
+        if view.kind != Kind::Character {
+            let p = if writeable == Rboolean::FALSE { view.data_ptr().cast_mut() } else { view.write_at.get() };
+            if !p.is_null() {
+                // SAFETY: as above.
+                unsafe { out.write(p.cast::<c_void>()) };
+                return 0;
+            }
+        }
+    }
     // SAFETY: x is one of our views; data2 is NULL or its private plain copy.
     unsafe {
         method(Site::Dataptr, out, || {
@@ -143,6 +164,15 @@ unsafe fn keep_private_copy(x: SEXP, view: &View) -> Result<SEXP, RError> {
 /// As for [`ps_view_length`].
 #[no_mangle]
 pub unsafe extern "C" fn ps_view_dataptr_or_null(x: SEXP, out: *mut *const c_void) -> c_int {
+    if none_armed() {
+        // SAFETY: x is one of our views; out is the shell's (the fast path above).
+        let view = unsafe { view_for_elt(x) };
+        if view.kind != Kind::Character {
+            // SAFETY: as above.
+            unsafe { out.write(view.data_ptr().cast::<c_void>()) };
+            return 0;
+        }
+    }
     // SAFETY: x is one of our views.
     unsafe {
         method(Site::DataptrOrNull, out, || {
@@ -399,6 +429,11 @@ macro_rules! elt_methods {
         /// R calls the shell on one of our views with 0 <= i < length(x).
         #[no_mangle]
         pub unsafe extern "C" fn $elt(x: SEXP, i: R_xlen_t, out: *mut $t) -> c_int {
+            if none_armed() {
+                // SAFETY: as below; out is the shell's (the fast path).
+                unsafe { out.write(*view_for_elt(x).data_ptr().cast::<$t>().add(i as usize)) };
+                return 0;
+            }
             // SAFETY: R passes 0 <= i < length(x); data_ptr() covers length(x)
             // elements (numeric views never use data2 unless the private mapping
             // failed, and then read_at points into data2 as well).
