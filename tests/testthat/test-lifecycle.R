@@ -107,15 +107,24 @@ test_that("a forked child never releases its parent's segments", {
 test_that("forked children's segments go with them (mclapply)", {
   skip_on_os("windows")
   before <- held_memfds()
-  shmem <- function() as.numeric(sub("^Shmem: +([0-9]+) kB$", "\\1", grep("^Shmem:", readLines("/proc/meminfo"), value = TRUE)))
-  start <- shmem()
+  made <- list()
   for (k in 1:5) {
-    r <- parallel::mclapply(1:4, function(i) sum(share(rnorm(1e6))), mc.cores = 2)
-    expect_true(all(vapply(r, is.numeric, TRUE)))
+    r <- parallel::mclapply(1:4, function(i) {
+      v <- share(rnorm(1e6))
+      list(sum = sum(v), pid = Sys.getpid(), memfd = sub(" \\(deleted\\)$", "", shared_info(v)$memfd))
+    }, mc.cores = 2)
+    expect_true(all(vapply(r, function(x) is.numeric(x$sum), TRUE)))
+    made <- c(made, r)
   }
-  expect_lte(held_memfds(), before)          # none of theirs is held here
-  # 20 segments of 8 MB were made; none stays (other processes may move Shmem a little)
-  expect_lt(shmem() - start, 40 * 1024)
+  expect_length(made, 20L)
+  # A memfd's memory goes with the last descriptor and mapping of it: the
+  # children that made them are gone, and this process holds none of them.
+  expect_true(all(pageshare:::process_gone(vapply(made, `[[`, 0L, "pid"))))
+  expect_lte(held_memfds(), before)
+  here <- c(Sys.readlink(list.files("/proc/self/fd", full.names = TRUE)), readLines("/proc/self/maps"))
+  names <- vapply(made, `[[`, "", "memfd")
+  expect_true(all(startsWith(names, "/memfd:pageshare.")))
+  expect_false(any(vapply(names, function(n) any(grepl(n, here, fixed = TRUE)), TRUE)))
 })
 
 test_that("more shared memory than allowed is a classed R error, never a crash", {
