@@ -19,6 +19,7 @@ use std::os::raw::c_int;
 /// Where the call table finds its routines: r_api's, and those of modules of their own.
 mod calls {
     pub use crate::r_api::*;
+    pub use crate::source_pages::ps_handover_self_test;
     pub use crate::watchdog::{ps_process_start_time, ps_processes_gone, ps_watch_master};
 }
 
@@ -89,6 +90,7 @@ pub unsafe extern "C" fn R_init_pageshare_rust(dll: *mut DllInfo) {
         ps_watch_master / 2,
         ps_process_start_time / 1,
         ps_processes_gone / 1,
+        ps_handover_self_test / 0,
     ];
     // Each segment this process holds takes a descriptor (see pageshare-core's os.rs).
     pageshare_core::os::raise_open_files_limit();

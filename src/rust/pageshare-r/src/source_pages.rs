@@ -17,17 +17,96 @@
 //! and the pages are handed over chunk by chunk as the copy is written
 //! (`Segment::create_copy_handing_over`): the data are never held twice for
 //! more than one chunk.
+//!
+//! This relies on R's and glibc's private layouts (R/foreign-internals.R lists
+//! them): the node class bits of R's vector header, R's placing of a large
+//! vector's header at the start of its malloc() block, and glibc's chunk
+//! header. So it runs only where a self-test at load ([`ps_handover_self_test`],
+//! called from `.onLoad`) found them as expected on a probe vector; elsewhere
+//! (another malloc through LD_PRELOAD, musl, an R with another header) it is
+//! off, and the package says so once.
 
 use crate::rapi::*;
-use once_cell::sync::Lazy;
 use pageshare_core::header::{DATA_ALIGN, ELEM_ALIGN};
 use pageshare_core::os;
 use pageshare_core::segment::Handover;
+use std::sync::OnceLock;
 
 /// Below this the saving is not worth a mapping (and the block is not an mmap()ed chunk).
 const MIN_BYTES: usize = 1 << 20;
 
-static GLIBC_MALLOC: Lazy<bool> = Lazy::new(os::glibc_malloc_in_use);
+/// The self-test's verdict: `Ok` when the handover may run in this process.
+static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Did the self-test at load pass (so that the handover runs)?
+pub fn handover_enabled() -> bool {
+    matches!(VERDICT.get(), Some(Ok(())))
+}
+
+/// The probe's length in doubles (40 MiB): above glibc's largest dynamic mmap
+/// threshold (32 MiB), so it is always a chunk of its own, and freeing it
+/// leaves glibc's threshold alone. Only two of its pages are ever touched.
+const PROBE_DOUBLES: R_xlen_t = 5 << 20;
+
+/// Run the self-test once and report its verdict: `NULL` when the handover is
+/// on, else why it is off (a string). Allocates the probe (and a scalar, to
+/// check the small-vector header too) before any Rust value exists, so that an
+/// R error there (no memory for it) jumps over nothing that owns anything.
+#[no_mangle]
+pub extern "C" fn ps_handover_self_test() -> SEXP {
+    if VERDICT.get().is_none() {
+        // SAFETY: a .Call entry point, on R's main thread; both vectors stay
+        // protected until the test is over.
+        let (probe, small) = unsafe {
+            (
+                Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, PROBE_DOUBLES)),
+                Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, 1)),
+            )
+        };
+        // SAFETY: fresh plain double vectors that nothing else holds.
+        let verdict = crate::boundary::guard(|| Ok(unsafe { self_test(probe, small) }));
+        let _ = VERDICT.set(verdict);
+        // SAFETY: balances the two protects above.
+        unsafe { Rf_unprotect(2) };
+    }
+    match VERDICT.get() {
+        Some(Err(why)) => {
+            // SAFETY: R's API on the main thread; `why` lives as long as the
+            // process, so an allocation error here leaks nothing.
+            unsafe { Rf_ScalarString(Rf_mkCharLenCE(why.as_ptr().cast(), why.len() as i32, cetype_t::CE_UTF8)) }
+        }
+        _ => nil(),
+    }
+}
+
+/// The self-test: R's header layout on a scalar and on the probe, then the
+/// handover itself on the probe's pages (pageshare-core's `probe_handover`).
+///
+/// # Safety
+/// Main R thread; `probe` a fresh double vector of [`PROBE_DOUBLES`]
+/// elements and `small` one of length 1, neither used by anything else.
+unsafe fn self_test(probe: SEXP, small: SEXP) -> Result<(), String> {
+    os::glibc_malloc()?;
+    if os::page_size() as u64 != DATA_ALIGN {
+        return Err(format!("pages are {} bytes, not {DATA_ALIGN}", os::page_size()));
+    }
+    const REALSXP: u64 = 14;
+    const SCALAR: u64 = 1 << 5;
+    const ALT: u64 = 1 << 7;
+    for (x, scalar, class_ok) in [(small, true, 1..=5u64), (probe, false, LARGE_NODE_CLASS..=LARGE_NODE_CLASS)] {
+        let word = os::read_word(x as usize).ok_or("R's vector header cannot be read")? as u64;
+        let class = (word >> 29) & 0x7;
+        if word & 0x1f != REALSXP || (word & SCALAR != 0) != scalar || word & ALT != 0 || !class_ok.contains(&class) {
+            return Err(format!("R's vector header differs from R 3.5-4.6's (sxpinfo word {word:#x})"));
+        }
+    }
+    let bytes = PROBE_DOUBLES as usize * 8;
+    // SAFETY: probe is a plain double vector of `bytes` data bytes.
+    let data = unsafe { DATAPTR_RO(probe) } as usize;
+    // SAFETY: the probe is ours alone until R frees it, and R frees a large
+    // vector with free(), which unmaps its whole chunk.
+    unsafe { os::probe_handover(probe as usize, data, bytes) }
+}
 
 /// The offset within its page at which a segment copying `x` should start its data.
 ///
@@ -50,7 +129,7 @@ pub unsafe fn phase_of(x: SEXP) -> u64 {
 pub unsafe fn handover(x: SEXP, bytes: usize) -> Option<Handover> {
     let page = os::page_size();
     // The segment's layout matches the source's page offsets only with 4 KiB pages.
-    if !*GLIBC_MALLOC || bytes < MIN_BYTES || page as u64 != DATA_ALIGN {
+    if !handover_enabled() || bytes < MIN_BYTES || page as u64 != DATA_ALIGN {
         return None;
     }
     // SAFETY: x is a plain vector (caller); reading its address and header.
