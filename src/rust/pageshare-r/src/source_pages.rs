@@ -43,28 +43,30 @@ pub fn handover_enabled() -> bool {
     matches!(VERDICT.get(), Some(Ok(())))
 }
 
-/// The probe's length in doubles (40 MiB): above glibc's largest dynamic mmap
-/// threshold (32 MiB), so it is always a chunk of its own, and freeing it
-/// leaves glibc's threshold alone. Only two of its pages are ever touched.
-const PROBE_DOUBLES: R_xlen_t = 5 << 20;
+/// The length in doubles of the vector whose header the self-test checks as
+/// a large one: R allocates vectors of more than 16 doubles with malloc()
+/// (node class 7). Small, so that R's heap accounting (and with it when R
+/// collects garbage) is left as it was; the handover itself is probed on a
+/// block of pageshare-core's own ([`os::probe_malloc_handover`]).
+const PROBE_DOUBLES: R_xlen_t = 64;
 
 /// Run the self-test once and report its verdict: `NULL` when the handover is
-/// on, else why it is off (a string). Allocates the probe (and a scalar, to
-/// check the small-vector header too) before any Rust value exists, so that an
-/// R error there (no memory for it) jumps over nothing that owns anything.
+/// on, else why it is off (a string). Allocates the two vectors it inspects
+/// before any Rust value exists, so that an R error there (no memory) jumps
+/// over nothing that owns anything.
 #[no_mangle]
 pub extern "C" fn ps_handover_self_test() -> SEXP {
     if VERDICT.get().is_none() {
         // SAFETY: a .Call entry point, on R's main thread; both vectors stay
         // protected until the test is over.
-        let (probe, small) = unsafe {
+        let (large, small) = unsafe {
             (
                 Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, PROBE_DOUBLES)),
                 Rf_protect(Rf_allocVector(SEXPTYPE::REALSXP, 1)),
             )
         };
         // SAFETY: fresh plain double vectors that nothing else holds.
-        let verdict = crate::boundary::guard(|| Ok(unsafe { self_test(probe, small) }));
+        let verdict = crate::boundary::guard(|| Ok(unsafe { self_test(large, small) }));
         let _ = VERDICT.set(verdict);
         // SAFETY: balances the two protects above.
         unsafe { Rf_unprotect(2) };
@@ -79,13 +81,15 @@ pub extern "C" fn ps_handover_self_test() -> SEXP {
     }
 }
 
-/// The self-test: R's header layout on a scalar and on the probe, then the
-/// handover itself on the probe's pages (pageshare-core's `probe_handover`).
+/// The self-test: R's vector header on a scalar and on a malloc()ed vector,
+/// which must be a glibc block that starts at the header; then the handover
+/// itself on a probe block laid out as such a vector (pageshare-core's
+/// `probe_malloc_handover`).
 ///
 /// # Safety
-/// Main R thread; `probe` a fresh double vector of [`PROBE_DOUBLES`]
-/// elements and `small` one of length 1, neither used by anything else.
-unsafe fn self_test(probe: SEXP, small: SEXP) -> Result<(), String> {
+/// Main R thread; `large` a fresh double vector of [`PROBE_DOUBLES`]
+/// elements and `small` one of length 1.
+unsafe fn self_test(large: SEXP, small: SEXP) -> Result<(), String> {
     os::glibc_malloc()?;
     if os::page_size() as u64 != DATA_ALIGN {
         return Err(format!("pages are {} bytes, not {DATA_ALIGN}", os::page_size()));
@@ -93,19 +97,27 @@ unsafe fn self_test(probe: SEXP, small: SEXP) -> Result<(), String> {
     const REALSXP: u64 = 14;
     const SCALAR: u64 = 1 << 5;
     const ALT: u64 = 1 << 7;
-    for (x, scalar, class_ok) in [(small, true, 1..=5u64), (probe, false, LARGE_NODE_CLASS..=LARGE_NODE_CLASS)] {
+    let differs = |word: u64| format!("R's vector header differs from R 3.5-4.6's (sxpinfo word {word:#x})");
+    for (x, scalar, class_ok) in [(small, true, 1..=5u64), (large, false, LARGE_NODE_CLASS..=LARGE_NODE_CLASS)] {
         let word = os::read_word(x as usize).ok_or("R's vector header cannot be read")? as u64;
         let class = (word >> 29) & 0x7;
         if word & 0x1f != REALSXP || (word & SCALAR != 0) != scalar || word & ALT != 0 || !class_ok.contains(&class) {
-            return Err(format!("R's vector header differs from R 3.5-4.6's (sxpinfo word {word:#x})"));
+            return Err(differs(word));
         }
     }
+    // The large vector is a malloc() block starting at its header: glibc's
+    // size word right before it counts the header and the data.
     let bytes = PROBE_DOUBLES as usize * 8;
-    // SAFETY: probe is a plain double vector of `bytes` data bytes.
-    let data = unsafe { DATAPTR_RO(probe) } as usize;
-    // SAFETY: the probe is ours alone until R frees it, and R frees a large
-    // vector with free(), which unmaps its whole chunk.
-    unsafe { os::probe_handover(probe as usize, data, bytes) }
+    // SAFETY: `large` is a plain double vector.
+    let header = unsafe { DATAPTR_RO(large) } as usize - large as usize;
+    let size = os::read_word(large as usize - 8).ok_or("the word before R's vector cannot be read")? as usize;
+    let chunk = size & !0x7;
+    if header == 0 || header > 256 || size & 0x2 != 0 || chunk < header + bytes || chunk > header + bytes + 64 {
+        return Err(format!(
+            "R's large vector is not a glibc block of its own starting at its header (size word {size:#x})"
+        ));
+    }
+    os::probe_malloc_handover(header)
 }
 
 /// The offset within its page at which a segment copying `x` should start its data.

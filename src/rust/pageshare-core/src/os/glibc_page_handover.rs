@@ -279,6 +279,35 @@ pub unsafe fn map_private_over(addr: usize, len: usize, file: &File, offset: u64
     unsafe { move_into_place(tmp, addr, len, file.as_raw_fd(), offset) }
 }
 
+/// The bytes of the probe [`probe_malloc_handover`] asks malloc() for: above
+/// glibc's largest dynamic mmap threshold (32 MiB), so it is always an mmap()ed
+/// chunk of its own, and freeing it leaves the threshold alone. It costs
+/// address space only: two of its pages are touched.
+pub const PROBE_BYTES: usize = 40 << 20;
+
+/// [`probe_handover`] on a block of [`PROBE_BYTES`] from malloc(), whose
+/// payload starts `header` bytes in (as an R vector's data follow its
+/// header), then free() it and check that this unmapped the handed-over pages
+/// with the rest of the block.
+pub fn probe_malloc_handover(header: usize) -> Result<(), String> {
+    glibc_malloc()?;
+    // SAFETY: a block of our own, given to probe_handover, then freed.
+    let block = unsafe { libc::malloc(PROBE_BYTES) } as usize;
+    if block == 0 {
+        return Err("no memory for the probe".into());
+    }
+    // SAFETY: the payload lies in the live block, which nothing else uses.
+    let verdict = unsafe { probe_handover(block, block + header, PROBE_BYTES - header) };
+    let lo = (block + header).div_ceil(page_size()) * page_size();
+    // SAFETY: freeing the block malloc() returned above, once.
+    unsafe { libc::free(block as *mut libc::c_void) };
+    verdict?;
+    match read_word(lo) {
+        None => Ok(()),
+        Some(_) => Err("free() left the probe's handed-over pages mapped".into()),
+    }
+}
+
 /// The load-time self-test of the handover, on a probe block that the caller
 /// owns and no one else reads or writes: `block` is where the caller's
 /// allocator returned it (R's vector header, here), `data..data + bytes` the
@@ -420,6 +449,7 @@ mod tests {
 
     #[test]
     fn the_self_test_passes_on_a_large_malloc_and_fails_on_a_heap_block() {
+        assert_eq!(probe_malloc_handover(48), Ok(()));
         let n = 40 << 20; // above glibc's largest dynamic mmap threshold
                           // SAFETY: malloc'd probes, used by this test alone, then freed.
         unsafe {
