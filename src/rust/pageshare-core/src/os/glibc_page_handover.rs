@@ -23,8 +23,9 @@ use std::os::unix::io::AsRawFd;
 
 /// Is malloc() glibc's own? `Err` says whose it is otherwise. The symbol that
 /// `malloc` resolves to must live in glibc's libc.so (an allocator preloaded
-/// with LD_PRELOAD, jemalloc or tcmalloc, defines its own, and jemalloc
-/// defines `__libc_malloc` too, so comparing those two is not enough), and
+/// with LD_PRELOAD, jemalloc or tcmalloc, defines its own, and one built to
+/// replace glibc's may define `__libc_malloc` too, so comparing those two is
+/// not enough), and
 /// glibc must be the C library (`gnu_get_libc_version` exists: not musl).
 pub fn glibc_malloc() -> Result<(), String> {
     // SAFETY: dlsym/dladdr with NUL-terminated names and a writable Dl_info;
