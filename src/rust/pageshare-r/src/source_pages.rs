@@ -22,7 +22,7 @@
 //! them): the node class bits of R's vector header, R's placing of a large
 //! vector's header at the start of its malloc() block, and glibc's chunk
 //! header. So it runs only where a self-test at load ([`ps_handover_self_test`],
-//! called from `.onLoad`) found them as expected on a probe vector; elsewhere
+//! called from `.onLoad`) found them as expected on probes; elsewhere
 //! (another malloc through LD_PRELOAD, musl, an R with another header) it is
 //! off, and the package says so once.
 
