@@ -118,9 +118,10 @@ foreign_options <- list(
        why = "as future.resolved.timeout (its newer name)")
 )
 
-# Private memory layouts the page handover relies on; all checked by the
+# Private memory layouts the page handover relies on, checked by the
 # self-test at load (R/page-handover.R), which switches the handover off
-# where one differs.
+# where one differs; and one behaviour of glibc's free() that the identity
+# cache uses, with a bound where it does not hold.
 private_layouts <- list(
   list(package = "R", name = "sxpinfo header word", access = "read",
        why = paste("bits 0-4 type, 5 scalar, 7 ALTREP, 29-31 gc node class of a vector's first 64-bit word",
@@ -137,6 +138,11 @@ private_layouts <- list(
        why = paste("the page-aligned interior of the vector's data is replaced, with equal bytes, by a private",
                    "mapping of its segment, moved in with mremap(MREMAP_MAYMOVE | MREMAP_FIXED), which leaves",
                    "the old pages in place when it fails (never mmap(MAP_FIXED) over them, never abort())")),
+  list(package = "glibc", name = "free() unmaps a large block", access = "read",
+       checked = "not checked: the cache limit bounds what stays",
+       why = paste("the identity cache sees that a large source died when its memory is no longer mapped;",
+                   "not checked: under an allocator that keeps freed memory mapped, dead sources go only",
+                   "when the cached views exceed pageshare.cache_limit (least recently used first)")),
   list(package = "Linux", name = "/proc/self/maps, /proc/self/pagemap", access = "read",
        why = "the vector's region is private memory of its own; which handed-over pages were written since")
 )
@@ -168,7 +174,8 @@ internals_inventory <- function() {
     lapply(foreign_options, function(e)
       row(e$package, "option", "options()", e$name, e$access, "default where unset", e$why)),
     lapply(private_layouts, function(e)
-      row(e$package, "layout", "memory", e$name, e$access, "self-test at load", e$why)),
+      row(e$package, "layout", "memory", e$name, e$access,
+          if (is.null(e$checked)) "self-test at load" else e$checked, e$why)),
     lapply(conventions, function(e)
       row(e$package, "convention", "behaviour", e$name, e$access, "fallback", e$why)))
   do.call(rbind, rows)

@@ -2,12 +2,7 @@
 # copy-on-write mappings of the segment (option pageshare.release_source).
 # Where the self-test at load switched the handover off (another malloc()
 # through LD_PRELOAD, musl...), the tests that assert it skip, saying why;
-# test-page-handover.R checks the self-test itself.
-
-skip_unless_handover <- function() {
-  on <- pageshare:::page_handover_enabled()
-  skip_if_not(isTRUE(on), paste("page handover off in this process:", attr(on, "reason")))
-}
+# test-page-handover.R checks the self-test itself (skips: helper-page-handover.R).
 
 test_that("share() of a large vector holds its data once, and the vector is unchanged", {
   skip_unless_handover()
