@@ -50,7 +50,11 @@
 #'    (same object, same address, same values), but the data are held once
 #'    instead of twice. Applies to vectors of at least 1 MiB that glibc's
 #'    malloc() placed in a memory region of their own (the usual case for large
-#'    vectors); others keep their memory. Set to `FALSE` to always keep it.}
+#'    vectors); others keep their memory. Set to `FALSE` to always keep it.
+#'    The handover relies on R's and glibc's private memory layouts: a
+#'    self-test at load checks them and switches it off, with one message,
+#'    where they differ (another malloc() through `LD_PRELOAD`, musl, an R with
+#'    another vector header).}
 #'  \item{`pageshare.worker_vsize`}{(numeric bytes; env
 #'    `PAGESHARE_WORKER_VSIZE`; default `16777216`, 16 MiB) The size of vector
 #'    heap at which the workers that pageshare starts ([shm_multisession()]'s
@@ -139,7 +143,7 @@ cache_limit <- function() {
   if (is_number(l, min = 0)) l else Inf
 }
 
-release_source <- function() isTRUE(pageshare_option("pageshare.release_source"))
+release_source <- function() isTRUE(pageshare_option("pageshare.release_source")) && isTRUE(page_handover_enabled())
 
 share_results_enabled <- function() isTRUE(pageshare_option("pageshare.share_results"))
 

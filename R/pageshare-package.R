@@ -12,6 +12,7 @@
 
 .onLoad <- function(libname, pkgname) {
   load_option_defaults()
+  check_page_handover()
   # Remove index entries of names registered by processes that died (kill -9);
   # segments themselves cannot be left behind. A load must never fail because
   # of this, hence the tryCatch.
@@ -22,6 +23,10 @@
   # S3 methods for future (a suggested package), registered when it is loaded.
   hook_future_methods()
   invisible()
+}
+
+.onAttach <- function(libname, pkgname) {
+  announce_page_handover()
 }
 
 # After a garbage collection, drop identity-cache entries whose source is gone

@@ -199,6 +199,7 @@ test_that("a bad pageshare.dir is a clear error where names are used, and share(
 })
 
 test_that("the identity cache never keeps a source alive and drops dead ones", {
+  skip_unless_glibc_malloc()
   forget_shared()
   # A large source (its memory goes back to the OS when freed) in a plain R session.
   res <- callr::r(function() {

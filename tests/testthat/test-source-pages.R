@@ -1,7 +1,11 @@
 # Sharing a large ordinary vector gives its own pages back: they become
 # copy-on-write mappings of the segment (option pageshare.release_source).
+# Where the self-test at load switched the handover off (another malloc()
+# through LD_PRELOAD, musl...), the tests that assert it skip, saying why;
+# test-page-handover.R checks the self-test itself (skips: helper-page-handover.R).
 
 test_that("share() of a large vector holds its data once, and the vector is unchanged", {
+  skip_unless_handover()
   skip_if_not(file.exists("/proc/self/smaps_rollup"), "no smaps_rollup")
   res <- callr::r(function(release) {
     library(pageshare)
@@ -46,6 +50,7 @@ test_that("share() of a large vector holds its data once, and the vector is unch
 # chunk instead (see the next test). These checks run in a new R process so
 # that the tests before them in this one cannot decide which it gets.
 test_that("an in-place write into a released vector never reaches the segment", {
+  skip_unless_handover()
   skip_if_not_installed("data.table")
   res <- callr::r(function(own_kb) {
     library(pageshare)
@@ -104,6 +109,7 @@ test_that("a forked child reads a released vector and the parent frees it cleanl
 })
 
 test_that("a source shared again after forget_shared() moves onto the new segment", {
+  skip_unless_handover()
   # Its pages map the first segment (released by forget_shared()); sharing it
   # again hands them over to the new one, so the old pages are freed instead
   # of the data being held twice. (A new process: see above.)

@@ -17,17 +17,99 @@
 //! and the pages are handed over chunk by chunk as the copy is written
 //! (`Segment::create_copy_handing_over`): the data are never held twice for
 //! more than one chunk.
+//!
+//! This relies on R's and glibc's private layouts (R/foreign-internals.R lists
+//! them): the node class bits of R's vector header, R's placing of a large
+//! vector's header at the start of its malloc() block, and glibc's chunk
+//! header. So it runs only where a self-test at load ([`ps_handover_self_test`],
+//! called from `.onLoad`) found them as expected on probes; elsewhere
+//! (another malloc through LD_PRELOAD, musl, an R with another header) it is
+//! off, and the package says so once.
 
+use crate::boundary::entry;
+use crate::r_calls::{self, Protect};
 use crate::r_sys::*;
-use once_cell::sync::Lazy;
 use pageshare_core::header::{DATA_ALIGN, ELEM_ALIGN};
 use pageshare_core::os;
 use pageshare_core::segment::Handover;
+use std::sync::OnceLock;
 
 /// Below this the saving is not worth a mapping (and the block is not an mmap()ed chunk).
 const MIN_BYTES: usize = 1 << 20;
 
-static GLIBC_MALLOC: Lazy<bool> = Lazy::new(os::glibc_malloc_in_use);
+/// The self-test's verdict: `Ok` when the handover may run in this process.
+static VERDICT: OnceLock<Result<(), String>> = OnceLock::new();
+
+/// Did the self-test at load pass (so that the handover runs)?
+pub fn handover_enabled() -> bool {
+    matches!(VERDICT.get(), Some(Ok(())))
+}
+
+/// The length in doubles of the vector whose header the self-test checks as
+/// a large one: R allocates vectors of more than 16 doubles with malloc()
+/// (node class 7). Small, so that R's heap accounting (and with it when R
+/// collects garbage) is left as it was; the handover itself is probed on a
+/// block of pageshare-core's own ([`os::probe_malloc_handover`]).
+const PROBE_DOUBLES: R_xlen_t = 64;
+
+/// Run the self-test once and report its verdict: `NULL` when the handover is
+/// enabled, else why not (one string).
+#[no_mangle]
+pub extern "C" fn ps_handover_self_test_rs() -> SEXP {
+    entry(|| {
+        if VERDICT.get().is_none() {
+            let mut scope = Protect::new();
+            let large = scope.alloc_vector(SEXPTYPE::REALSXP, PROBE_DOUBLES)?;
+            let small = scope.alloc_vector(SEXPTYPE::REALSXP, 1)?;
+            // SAFETY: fresh plain double vectors that nothing else holds,
+            // protected until the test is over.
+            let _ = VERDICT.set(unsafe { self_test(large, small) });
+        }
+        match VERDICT.get() {
+            Some(Err(why)) => r_calls::scalar_string(why),
+            _ => Ok(nil()),
+        }
+    })
+}
+
+/// The self-test: R's vector header on a scalar and on a malloc()ed vector,
+/// which must be a glibc block that starts at the header; then the handover
+/// itself on a probe block laid out as such a vector (pageshare-core's
+/// `probe_malloc_handover`).
+///
+/// # Safety
+/// Main R thread; `large` a fresh double vector of [`PROBE_DOUBLES`]
+/// elements and `small` one of length 1.
+unsafe fn self_test(large: SEXP, small: SEXP) -> Result<(), String> {
+    os::glibc_malloc()?;
+    if os::page_size() as u64 != DATA_ALIGN {
+        return Err(format!("pages are {} bytes, not {DATA_ALIGN}", os::page_size()));
+    }
+    const REALSXP: u64 = 14;
+    const SCALAR: u64 = 1 << 5;
+    const ALT: u64 = 1 << 7;
+    let differs = |word: u64| format!("R's vector header differs from R 3.5-4.6's (sxpinfo word {word:#x})");
+    for (x, scalar, class_ok) in [(small, true, 1..=5u64), (large, false, LARGE_NODE_CLASS..=LARGE_NODE_CLASS)] {
+        let word = os::read_word(x as usize).ok_or("R's vector header cannot be read")? as u64;
+        let class = (word >> 29) & 0x7;
+        if word & 0x1f != REALSXP || (word & SCALAR != 0) != scalar || word & ALT != 0 || !class_ok.contains(&class) {
+            return Err(differs(word));
+        }
+    }
+    // The large vector is a malloc() block starting at its header: glibc's
+    // size word right before it counts the header and the data.
+    let bytes = PROBE_DOUBLES as usize * 8;
+    // SAFETY: `large` is a plain double vector.
+    let header = unsafe { DATAPTR_RO(large) } as usize - large as usize;
+    let size = os::read_word(large as usize - 8).ok_or("the word before R's vector cannot be read")? as usize;
+    let chunk = size & !0x7;
+    if header == 0 || header > 256 || size & 0x2 != 0 || chunk < header + bytes || chunk > header + bytes + 64 {
+        return Err(format!(
+            "R's large vector is not a glibc block of its own starting at its header (size word {size:#x})"
+        ));
+    }
+    os::probe_malloc_handover(header)
+}
 
 /// The offset within its page at which a segment copying `x` should start its data.
 ///
@@ -50,7 +132,7 @@ pub unsafe fn phase_of(x: SEXP) -> u64 {
 pub unsafe fn handover(x: SEXP, bytes: usize) -> Option<Handover> {
     let page = os::page_size();
     // The segment's layout matches the source's page offsets only with 4 KiB pages.
-    if !*GLIBC_MALLOC || bytes < MIN_BYTES || page as u64 != DATA_ALIGN {
+    if !handover_enabled() || bytes < MIN_BYTES || page as u64 != DATA_ALIGN {
         return None;
     }
     // SAFETY: x is a plain vector (caller); reading its address and header.

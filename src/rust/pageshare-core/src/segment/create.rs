@@ -146,8 +146,8 @@ impl Segment {
                     match done {
                         Ok(()) => handed += upto - next,
                         Err(_) => {
-                            // The rest keeps its own pages. A failed MAP_FIXED may
-                            // already have discarded the old ones: refill them.
+                            // The rest keeps its own pages. Should the failed move
+                            // have left a hole (see map_private_over), refill it.
                             // SAFETY: [next, upto) is written to the memfd.
                             unsafe { os::refill_anonymous(next, upto - next, &file, file_offset(next)) };
                             handover = None;

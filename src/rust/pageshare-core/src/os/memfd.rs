@@ -1,0 +1,174 @@
+//! Memory files (memfd) and their seals, where their descriptors go, the
+//! limit on open files, locks, and opening another process's memfd.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+
+/// The descriptors of segments are kept at or above this number when the limit
+/// on open files allows, so that the low numbers stay free for sockets: R
+/// watches its sockets with select(), which cannot take a descriptor of
+/// FD_SETSIZE (1024) or more.
+pub const SEGMENT_FD_FLOOR: i32 = 1024;
+/// Numbers below [`SEGMENT_FD_FLOOR`] (and below the limit) that a segment never
+/// takes: they stay free for R's sockets, connections and files.
+const LOW_RESERVE: usize = 64;
+
+/// Raise the soft limit on open files to the hard limit (each segment's owner
+/// holds one descriptor); returns the soft limit in force afterwards.
+pub fn raise_open_files_limit() -> u64 {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `rl` is a writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 0;
+    }
+    if rl.rlim_cur < rl.rlim_max {
+        let want = libc::rlimit { rlim_cur: rl.rlim_max, rlim_max: rl.rlim_max };
+        // SAFETY: raising the soft limit up to the hard one is always permitted.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
+            return want.rlim_cur;
+        }
+    }
+    rl.rlim_cur
+}
+
+fn open_files_limit() -> u64 {
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `rl` is a writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return 1024;
+    }
+    rl.rlim_cur
+}
+
+/// A new anonymous memory file (memfd) named `name` (shown in /proc, never in
+/// a directory), close-on-exec and sealable, placed as [`place_high`] places it.
+/// `Err(Error::Descriptors)` when this process is too close to its limit.
+pub fn memfd(name: &str) -> Result<File> {
+    use std::os::unix::io::FromRawFd;
+    let c = std::ffi::CString::new(name).map_err(|_| Error::Argument("a segment name contains a NUL byte".into()))?;
+    // SAFETY: `c` is a valid NUL-terminated string; the flags are valid.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EMFILE) | Some(libc::ENFILE) => descriptors_error(),
+            _ => Error::os("cannot create an anonymous shared memory file (memfd_create)", e),
+        });
+    }
+    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
+    place_high(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Where a descriptor that this process keeps for long (a segment's, an index
+/// entry's lock) goes, so that the room for segments grows with the limit on
+/// open files and never squeezes out R's sockets:
+/// - first at [`SEGMENT_FD_FLOOR`] or above, a range nothing else uses (the
+///   kernel hands out the lowest free number), which it may fill to the limit;
+/// - when that range is full or absent (a limit of 1024 or less), at the low
+///   number it already has, provided at least [`LOW_RESERVE`] numbers below
+///   `min(limit, SEGMENT_FD_FLOOR)` stay free besides it.
+///
+/// Otherwise `Err(Error::Descriptors)`, before the limit is reached.
+pub fn place_high(low: File) -> Result<File> {
+    use std::os::unix::io::FromRawFd;
+    let limit = open_files_limit();
+    if low.as_raw_fd() >= SEGMENT_FD_FLOOR {
+        return Ok(low);
+    }
+    if limit > SEGMENT_FD_FLOOR as u64 {
+        // SAFETY: duplicating a descriptor we own.
+        let high = unsafe { libc::fcntl(low.as_raw_fd(), libc::F_DUPFD_CLOEXEC, SEGMENT_FD_FLOOR) };
+        if high >= 0 {
+            // SAFETY: `high` is a fresh descriptor owned by nobody else.
+            return Ok(unsafe { File::from_raw_fd(high) });
+        }
+    }
+    let cap = limit.min(SEGMENT_FD_FLOOR as u64) as i32;
+    if free_descriptors_above(low.as_raw_fd(), cap) < LOW_RESERVE {
+        return Err(descriptors_error());
+    }
+    Ok(low)
+}
+
+/// How many descriptor numbers in (fd, cap) are free. The kernel hands out the
+/// lowest free number, so a new descriptor has none free below it.
+fn free_descriptors_above(fd: i32, cap: i32) -> usize {
+    // SAFETY: F_GETFD only asks whether a number is open; it changes nothing.
+    ((fd + 1)..cap).filter(|&n| unsafe { libc::fcntl(n, libc::F_GETFD) } < 0).count()
+}
+
+/// Take a shared lock on `file`'s open file description, without waiting. It
+/// lasts until every descriptor of that description is closed (by the kernel
+/// too, at any exit), whatever namespace the process runs in.
+pub fn lock_shared(file: &File) -> std::io::Result<()> {
+    // SAFETY: flock on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Try to take an exclusive lock on `file`'s open file description without
+/// waiting: `Ok(true)` when granted (no other open file description of the
+/// file holds a lock), `Ok(false)` when another one holds a lock. The lock
+/// goes when `file` is closed.
+pub fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
+    // SAFETY: flock on a descriptor owned by `file`.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Ok(false);
+    }
+    Err(e)
+}
+
+fn descriptors_error() -> Error {
+    Error::Descriptors { limit: open_files_limit() }
+}
+
+const ALL_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+
+/// Seal a memfd for good: nobody, the owner included, can shrink, grow or
+/// write it again, or remove the seals. Fails (EBUSY) while a shared writable
+/// mapping of it exists.
+pub fn seal(file: &File) -> std::io::Result<()> {
+    // SAFETY: fcntl on a descriptor owned by `file`.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, ALL_SEALS) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Does `file` carry every seal [`seal`] sets? Only then can nothing anyone
+/// does to it make a reader of its mapping fault.
+pub fn is_sealed(file: &File) -> bool {
+    // SAFETY: fcntl on a descriptor owned by `file`.
+    let s = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    s >= 0 && s & ALL_SEALS == ALL_SEALS
+}
+
+/// What /proc shows for a memfd made by [`memfd`] with `name`.
+pub fn memfd_path(name: &str) -> String {
+    format!("/memfd:{name}")
+}
+
+/// Open descriptor `fd` of process `pid` (through /proc/PID/fd, which needs the
+/// same user, or root) read-only, if it is a memfd whose name starts with
+/// `prefix`. Never blocks (O_NONBLOCK: a FIFO put there cannot hang us) and
+/// never opens anything else by name (the link is read first).
+pub fn open_process_memfd(pid: u32, fd: i32, prefix: &str) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let link = format!("/proc/{pid}/fd/{fd}");
+    let target = std::fs::read_link(&link)?;
+    let shown = target.to_string_lossy();
+    if !shown.starts_with(&memfd_path(prefix)) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("descriptor {fd} of process {pid} is {shown}"),
+        ));
+    }
+    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC).open(&link)
+}

@@ -1,0 +1,119 @@
+//! Room for segments: free space of a file system, reserving a memory file's
+//! pages, and the memory this process (and its cgroups) can still take.
+
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// Bytes available to an unprivileged writer in the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Result<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::Argument("the segment directory contains a NUL byte".into()))?;
+    // SAFETY: statvfs is a plain C struct for which all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(Error::os(format!("cannot read free space of {}", dir.display()), std::io::Error::last_os_error()));
+    }
+    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Is `dir` on a tmpfs (memory-backed) file system?
+pub fn is_tmpfs(dir: &Path) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: statfs is a plain C struct for which all-zero bytes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+}
+
+/// Reserve every page of `file` up to `len` bytes, so that later writes through a
+/// mapping can never hit an unbacked tmpfs page (which would raise SIGBUS).
+pub fn reserve(file: &File, len: u64) -> std::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    // SAFETY: the descriptor is owned by `file` and open for writing.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Memory a new segment can take without pushing the machine or this
+/// process's cgroup into the OOM killer: the smaller of the kernel's
+/// MemAvailable and, for each memory-limited cgroup above this process, its
+/// limit minus what it uses besides page cache. Segments live in memory (memfd
+/// pages count as Shmem), whatever the size of /dev/shm.
+pub fn available_memory() -> u64 {
+    let mut free = meminfo_available().unwrap_or(u64::MAX);
+    for (max, used) in cgroup_limits() {
+        free = free.min(max.saturating_sub(used));
+    }
+    free
+}
+
+fn meminfo_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// (limit, use minus its reclaimable page cache) of this process's memory
+/// cgroup and each ancestor that has a limit: cgroup v2 (memory.max) and v1
+/// (memory.limit_in_bytes).
+fn cgroup_limits() -> Vec<(u64, u64)> {
+    let Ok(s) = std::fs::read_to_string("/proc/self/cgroup") else { return Vec::new() };
+    let mut out = Vec::new();
+    for line in s.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(rel)) = (f.next(), f.next(), f.next()) else { continue };
+        let (root, max, current, cache) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max", "memory.current", "inactive_file ")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file ")
+        } else {
+            continue;
+        };
+        let root = Path::new(root);
+        let mut dir = root.join(rel.trim_start_matches('/'));
+        loop {
+            let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+            // v1 writes "no limit" as a huge number, v2 as "max" (which does not parse)
+            if let Some(limit) = read(max).and_then(|m| m.trim().parse::<u64>().ok()).filter(|&l| l < 1 << 62) {
+                let used = read(current).and_then(|c| c.trim().parse::<u64>().ok()).unwrap_or(0);
+                let reclaimable = read("memory.stat")
+                    .and_then(|st| {
+                        st.lines().find_map(|l| l.strip_prefix(cache)).and_then(|v| v.trim().parse::<u64>().ok())
+                    })
+                    .unwrap_or(0);
+                out.push((limit, used.saturating_sub(reclaimable)));
+            }
+            if dir == root || !dir.pop() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_bytes_of_tmp_is_positive() {
+        assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
+    }
+
+    #[test]
+    fn dev_shm_is_tmpfs() {
+        assert!(is_tmpfs(Path::new("/dev/shm")));
+    }
+}

@@ -1,0 +1,62 @@
+# README's "Layout" section names every source file and folder of the package,
+# and nothing that is not there: each bullet starts with a folder (`R/`,
+# `src/`, `src/rust/<crate>/src/`, ...) and names the files and subfolders in
+# it. Runs from a source tree (tools/test.sh); R CMD check has no README to read.
+
+source_root <- function() {
+  for (d in c(file.path(getwd(), "..", ".."), Sys.getenv("PAGESHARE_SOURCE"))) {
+    if (nzchar(d) && file.exists(file.path(d, "README.md")) && dir.exists(file.path(d, "src", "rust"))) {
+      return(normalizePath(d))
+    }
+  }
+  NULL
+}
+
+layout_bullets <- function(readme) {
+  lines <- readLines(readme, warn = FALSE)
+  from <- grep("^## Layout", lines)
+  to <- c(grep("^## ", lines), length(lines) + 1)
+  to <- min(to[to > from])
+  text <- paste(lines[(from + 1):(to - 1)], collapse = "\n")
+  bullets <- strsplit(text, "\n- ", fixed = TRUE)[[1]]
+  bullets <- sub("^- ", "", trimws(bullets))
+  bullets[nzchar(bullets)]
+}
+
+# The files and folders a bullet names, relative to its first folder.
+named_in <- function(bullet) {
+  ticks <- regmatches(bullet, gregexpr("`[^`]+`", bullet))[[1]]
+  ticks <- gsub("`", "", ticks)
+  list(dir = ticks[1], names = unique(grep("^[A-Za-z0-9_.-]+(\\.(R|rs|c|h)|/)$", ticks[-1], value = TRUE)))
+}
+
+# What is in a folder: source files, and subfolders (as "name/"); test files
+# of Rust modules (tests.rs) and build output are not layout.
+present_in <- function(root, dir) {
+  path <- file.path(root, dir)
+  entries <- list.files(path, all.files = FALSE, no.. = TRUE)
+  is_dir <- dir.exists(file.path(path, entries))
+  files <- entries[!is_dir & grepl("\\.(R|rs|c|h)$", entries) & entries != "tests.rs"]
+  dirs <- sprintf("%s/", entries[is_dir & !entries %in% c("target", "testdata", "results")])
+  c(files, dirs)
+}
+
+test_that("README's layout names every source file and folder, and only those", {
+  root <- source_root()
+  skip_if(is.null(root), "no source tree here (R CMD check): tools/test.sh runs this test")
+  bullets <- lapply(layout_bullets(file.path(root, "README.md")), named_in)
+  bullets <- Filter(function(b) grepl("^(R|src)/", b$dir), bullets)
+  covered <- vapply(bullets, function(b) b$dir, "")
+  required <- c("R/", "src/", "src/rust/pageshare-core/src/", "src/rust/pageshare-r/src/",
+                "src/rust/pageshare-mutual-info/src/")
+  expect_true(all(required %in% covered), info = paste(setdiff(required, covered), collapse = ", "))
+  for (b in bullets) {
+    if (!dir.exists(file.path(root, b$dir))) {
+      fail(paste("README's layout names a folder that is not there:", b$dir))
+      next
+    }
+    present <- present_in(root, b$dir)
+    expect_identical(sort(setdiff(present, b$names)), character(0), info = paste("not in README:", b$dir))
+    expect_identical(sort(setdiff(b$names, present)), character(0), info = paste("not in the tree:", b$dir))
+  }
+})
