@@ -98,23 +98,18 @@ static void set_common_methods(R_altrep_class_t cls) {
  * character. Raw and complex get Elt and Get_region too: R's defaults would
  * read an element through a writeable Dataptr, giving the view a private
  * mapping. */
+#define NUMERIC_CLASS(k, alt, name, elt, region)                                                   \
+  c[k] = R_make_##alt##_class(name, "pageshare", dll);                                             \
+  R_set_##alt##_Elt_method(c[k], elt);                                                             \
+  R_set_##alt##_Get_region_method(c[k], region)
+
 void ps_register_view_classes(DllInfo *dll) {
   R_altrep_class_t c[6];
-  c[0] = R_make_altreal_class("pageshare_double", "pageshare", dll);
-  R_set_altreal_Elt_method(c[0], view_real_elt);
-  R_set_altreal_Get_region_method(c[0], view_real_region);
-  c[1] = R_make_altinteger_class("pageshare_integer", "pageshare", dll);
-  R_set_altinteger_Elt_method(c[1], view_int_elt);
-  R_set_altinteger_Get_region_method(c[1], view_int_region);
-  c[2] = R_make_altlogical_class("pageshare_logical", "pageshare", dll);
-  R_set_altlogical_Elt_method(c[2], view_int_elt);
-  R_set_altlogical_Get_region_method(c[2], view_int_region);
-  c[3] = R_make_altraw_class("pageshare_raw", "pageshare", dll);
-  R_set_altraw_Elt_method(c[3], view_raw_elt);
-  R_set_altraw_Get_region_method(c[3], view_raw_region);
-  c[4] = R_make_altcomplex_class("pageshare_complex", "pageshare", dll);
-  R_set_altcomplex_Elt_method(c[4], view_complex_elt);
-  R_set_altcomplex_Get_region_method(c[4], view_complex_region);
+  NUMERIC_CLASS(0, altreal, "pageshare_double", view_real_elt, view_real_region);
+  NUMERIC_CLASS(1, altinteger, "pageshare_integer", view_int_elt, view_int_region);
+  NUMERIC_CLASS(2, altlogical, "pageshare_logical", view_int_elt, view_int_region);
+  NUMERIC_CLASS(3, altraw, "pageshare_raw", view_raw_elt, view_raw_region);
+  NUMERIC_CLASS(4, altcomplex, "pageshare_complex", view_complex_elt, view_complex_region);
   c[5] = R_make_altstring_class("pageshare_character", "pageshare", dll);
   R_set_altstring_Elt_method(c[5], view_string_elt);
   R_set_altstring_Set_elt_method(c[5], view_string_set_elt);
