@@ -307,6 +307,11 @@ pub fn grassberger_mi(a: &[usize], b: &[u32], ka: usize, kb: usize) -> f64 {
         na[x] += 1;
         nb[y as usize] += 1;
     }
+    // One variable constant: the MI is exactly 0 (Grassberger's H of a single
+    // cell is not: about 1/n for odd n).
+    if na.iter().filter(|&&m| m > 0).count() < 2 || nb.iter().filter(|&&m| m > 0).count() < 2 {
+        return 0.0;
+    }
     cells.sort_unstable();
     let mut nab = Vec::new();
     let mut i = 0;

@@ -375,6 +375,10 @@ fn pde_with_60_percent_zeros_matches_the_mixture_truth() {
 fn pde_handles_constant_tiny_and_outlying_features() {
     let y: Vec<i32> = (0..200).map(|i| (i % 4) + 1).collect();
     assert_eq!(mi(&[1.5; 200], &y, Method::Pde), 0.0);
+    // an odd number of points, and a single class among the atoms
+    let y_odd: Vec<i32> = (0..201).map(|i| (i % 4) + 1).collect();
+    assert_eq!(mi(&[1.5; 201], &y_odd, Method::Pde), 0.0);
+    assert_eq!(grassberger_mi(&[0, 1, 1, 0, 2], &[0, 0, 0, 0, 0], 3, 1), 0.0);
     // one class of a single point
     let mut rng = Rng(11);
     let mut y2: Vec<i32> = (0..500).map(|i| (i % 2) + 1).collect();
