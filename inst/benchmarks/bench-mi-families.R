@@ -83,19 +83,19 @@ for (df in c(1, 2, 3)) {
   add(sprintf("t_%g", df), local({ df <- df; function(s) rt(n, df) + s }),
       local({ df <- df; cont_truth(function(g, c) dt(g - shift[c], df), -2000, 2000, m = 400001L) }))
 }
-for (lam in c(5, 50, 500)) {
+for (lam in c(1, 5, 20, 50, 500)) {
   # Poisson counts: the log mean shifts by 0.3 * s / sqrt(lam) ... a shift of s latent sds
   add(sprintf("poisson(%g)", lam), local({ lam <- lam; function(s) rpois(n, lam + s * sqrt(lam)) }),
       local({ lam <- lam; v <- 0:(lam * 4 + 100); disc_truth(function(v, c) dpois(v, lam + shift[c] * sqrt(lam)), v) }))
 }
-for (size in c(1, 5)) {
+for (size in c(0.5, 1, 5)) {
   # negative binomial, mean 50, dispersion 1/size; the mean shifts by s sds
   add(sprintf("negbin(mu=50,size=%g)", size), local({ size <- size; function(s) {
     sdv <- sqrt(50 + 50^2 / size); rnbinom(n, size = size, mu = 50 + s * sdv) } }),
     local({ size <- size; sdv <- sqrt(50 + 50^2 / size); v <- 0:5000
       disc_truth(function(v, c) dnbinom(v, size = size, mu = 50 + shift[c] * sdv), v) }))
 }
-for (r in c(1, 0.5, 0.1, 0.01)) {
+for (r in c(1, 0.5, 0.2, 0.1, 0.05, 0.01)) {
   add(sprintf("normal rounded to %g", r), local({ r <- r; function(s) round(rnorm(n, s) / r) * r }),
       local({ r <- r; v <- seq(-12, 14, by = r)
         disc_truth(function(v, c) pnorm(v + r / 2, shift[c]) - pnorm(v - r / 2, shift[c]), v) }))
