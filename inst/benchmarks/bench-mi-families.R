@@ -6,7 +6,7 @@
 #                (numerical integration for a continuous x, exact sums for a
 #                discrete x, both for a mixture of an atom and a density).
 # Run: R_LIBS=<library with pageshare> Rscript inst/benchmarks/bench-mi-families.R [out.csv]
-# Needs about a minute on one core.
+# About 20 s on one core (most of it the truths).
 
 suppressPackageStartupMessages(library(pageshare))
 source(file.path(if (file.exists("inst/benchmarks/standin-data.R")) "inst/benchmarks" else
