@@ -375,6 +375,10 @@ fn pde_with_60_percent_zeros_matches_the_mixture_truth() {
 fn pde_handles_constant_tiny_and_outlying_features() {
     let y: Vec<i32> = (0..200).map(|i| (i % 4) + 1).collect();
     assert_eq!(mi(&[1.5; 200], &y, Method::Pde), 0.0);
+    // an odd number of points, and a single class among the atoms
+    let y_odd: Vec<i32> = (0..201).map(|i| (i % 4) + 1).collect();
+    assert_eq!(mi(&[1.5; 201], &y_odd, Method::Pde), 0.0);
+    assert_eq!(grassberger_mi(&[0, 1, 1, 0, 2], &[0, 0, 0, 0, 0], 3, 1), 0.0);
     // one class of a single point
     let mut rng = Rng(11);
     let mut y2: Vec<i32> = (0..500).map(|i| (i % 2) + 1).collect();
@@ -405,4 +409,191 @@ fn non_finite_values_are_an_error_or_left_out() {
     let a = column_mi(&xf, &yn, 2, &o).unwrap();
     let b = column_mi(&[1.0, 3.0, 4.0, 2.0, 0.5], &[1, 1, 2, 1, 2], 2, &o).unwrap();
     assert_eq!(a, b);
+}
+
+// ---- pde mode: heavy tails, counts, rounded values (issue 29) ---------------
+
+use super::pde::{digamma, grassberger_mi, is_atom, normal_scores, qnorm};
+
+#[test]
+fn qnorm_and_digamma_match_r() {
+    // qnorm() and digamma() of R 4.2.2
+    for (p, q) in [
+        (0.5, 0.0),
+        (0.975, 1.959963984540054),
+        (0.9, 1.2815515655446004),
+        (0.02, -2.053748910631823),
+        (1e-4, -3.71901648545568),
+        (1.0 - 1e-6, 4.753424308817089),
+    ] {
+        assert!((qnorm(p) - q).abs() < 1e-14 * q.abs().max(1.0), "qnorm({p}) = {} vs {q}", qnorm(p));
+    }
+    for (x, v) in
+        [(1.0, -0.5772156649015329), (0.5, -1.9635100260214235), (10.0, 2.251752589066721), (2.5, 0.7031566406452432)]
+    {
+        assert!((digamma(x) - v).abs() < 1e-13, "digamma({x}) = {} vs {v}", digamma(x));
+    }
+}
+
+#[test]
+fn atoms_are_runs_that_are_coarse_on_the_normal_score_scale() {
+    let n = 10_446;
+    // a level of a Poisson(50) count at its mode (5.6% of the points) is fine
+    assert!(!is_atom(n / 2 - 292, n / 2 + 292, n));
+    // a level of N(0, 1) rounded to 0.5 at its mode (20%) is coarse
+    assert!(is_atom(n / 2 - 1045, n / 2 + 1045, n));
+    // 60% zeros, and a run of 20 points in the far tail
+    assert!(is_atom(0, 6268, n));
+    assert!(is_atom(n - 20, n, n));
+    // a single point never; a pair at the centre not
+    assert!(!is_atom(5, 6, n));
+    assert!(!is_atom(n / 2, n / 2 + 2, n));
+}
+
+#[test]
+fn grassberger_mi_of_a_table() {
+    // y a function of a: the MI is H(y), which Grassberger's estimator gives
+    // to within its (small) bias at 100 points per cell.
+    let a: Vec<usize> = (0..800).map(|i| i % 4).collect();
+    let b: Vec<u32> = a.iter().map(|&v| v as u32).collect();
+    assert!((grassberger_mi(&a, &b, 4, 4) - 4f64.ln()).abs() < 0.01);
+    // exactly independent cells: about 0, far below the plug-in bias 9 / 1600
+    let a2: Vec<usize> = (0..800).map(|i| (i / 4) % 4).collect();
+    let b2: Vec<u32> = (0..800).map(|i| (i % 4) as u32).collect();
+    assert!(grassberger_mi(&a2, &b2, 4, 4).abs() < 1e-3);
+}
+
+impl Rng {
+    fn poisson(&mut self, lambda: f64) -> f64 {
+        // inversion (lambda is small here)
+        let u = self.unif();
+        let (mut k, mut p) = (0u32, (-lambda).exp());
+        let mut cdf = p;
+        while u > cdf && k < 10_000 {
+            k += 1;
+            p *= lambda / k as f64;
+            cdf += p;
+        }
+        k as f64
+    }
+    fn student_t2(&mut self) -> f64 {
+        // N / sqrt(chi2_2 / 2), chi2_2 = -2 ln U
+        self.norm() / (-self.unif().ln()).sqrt()
+    }
+}
+
+/// Null features of the tailed and tied families: 32 classes of the paper's
+/// sizes, 5 seeds; the mean must stay below 0.01 nats (issue 29).
+#[test]
+fn pde_null_features_with_heavy_tails_counts_and_rounding_are_below_001() {
+    let y = paper_classes();
+    type Draw = fn(&mut Rng) -> f64;
+    let families: [(&str, Draw); 6] = [
+        ("lognormal(0,2)", |r| (2.0 * r.norm()).exp()),
+        ("t_2", |r| r.student_t2()),
+        ("Poisson(50)", |r| r.poisson(50.0)),
+        ("N(0,1) rounded to 0.1", |r| (r.norm() * 10.0).round() / 10.0),
+        ("60% zeros + lognormal", |r| if r.unif() < 0.6 { 0.0 } else { (2.0 * r.norm()).exp() }),
+        ("Poisson(5)", |r| r.poisson(5.0)),
+    ];
+    for (name, draw) in families {
+        let mut s = 0.0;
+        for seed in 0..5u64 {
+            let mut rng = Rng(500 + seed);
+            let x: Vec<f64> = y.iter().map(|_| draw(&mut rng)).collect();
+            s += mi(&x, &y, Method::Pde);
+        }
+        eprintln!("pde: null {name}: mean of 5 seeds {:.5}", s / 5.0);
+        assert!(s / 5.0 < 0.01, "{name}: {}", s / 5.0);
+    }
+}
+
+/// Informative lognormal and Poisson features: shifts of 0, 0.5, ... 2 latent
+/// sds in 5 groups of the 32 classes; truths by quadrature (the MI of a
+/// lognormal is that of its log) and by exact sums over the counts.
+#[test]
+fn pde_informative_lognormal_and_poisson_features_are_within_5_percent() {
+    let y = paper_classes();
+    let n = y.len() as f64;
+    let shift = |c: i32| 0.5 * ((c - 1) % 5) as f64;
+    let priors: Vec<f64> = PAPER_SIZES.iter().map(|&s| s as f64 / n).collect();
+    let mus: Vec<f64> = (1..=32).map(shift).collect();
+    let gauss = mixture_truth(&priors, &mus, &[1.0; 32]);
+    // Poisson(50 + 7.07 s): exact sum
+    let lam = |c: i32| 50.0 + shift(c) * 50f64.sqrt();
+    let pmf = |l: f64, k: u32| -> f64 {
+        let mut lp = -l;
+        for j in 1..=k {
+            lp += (l / j as f64).ln();
+        }
+        lp.exp()
+    };
+    let mut pois = 0.0;
+    for k in 0..400u32 {
+        let f: Vec<f64> = (1..=32).map(|c| pmf(lam(c), k)).collect();
+        let p: f64 = f.iter().zip(&priors).map(|(a, b)| a * b).sum();
+        for c in 0..32 {
+            if f[c] > 0.0 {
+                pois += priors[c] * f[c] * (f[c] / p).ln();
+            }
+        }
+    }
+    for (name, truth, family) in [("lognormal(0,2)", gauss, 0), ("Poisson(50)", pois, 1)] {
+        let mut s = 0.0;
+        for seed in 0..5u64 {
+            let mut rng = Rng(900 + seed);
+            let x: Vec<f64> = y
+                .iter()
+                .map(|&c| if family == 0 { (2.0 * (rng.norm() + shift(c))).exp() } else { rng.poisson(lam(c)) })
+                .collect();
+            s += mi(&x, &y, Method::Pde);
+        }
+        let est = s / 5.0;
+        eprintln!("pde: informative {name}: truth {truth:.5} estimate {est:.5} ({:+.2}%)", 100.0 * (est / truth - 1.0));
+        assert!((est - truth).abs() < 0.05 * truth, "{name}: {est} vs {truth}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// The estimate depends on x only through its ranks (ties kept): any
+    /// strictly increasing map gives the same bits, and it is never negative
+    /// nor above ln k.
+    #[test]
+    fn pde_is_invariant_under_increasing_maps(
+        n in 2usize..600,
+        k in 2usize..6,
+        levels in prop_oneof![Just(0u32), 2u32..40],
+        seed in any::<u64>(),
+    ) {
+        let mut rng = Rng(seed);
+        let y: Vec<i32> = (0..n).map(|i| (i % k) as i32 + 1).collect();
+        let x: Vec<f64> = y.iter().map(|&c| {
+            let v = rng.norm() + 0.4 * c as f64;
+            if levels == 0 { v } else { (v * levels as f64 / 4.0).round() }
+        }).collect();
+        let base = mi(&x, &y, Method::Pde);
+        prop_assert!((0.0..=(k as f64).ln() + 1e-12).contains(&base));
+        for f in [|v: f64| v.powi(3) + 2.0 * v, |v: f64| v.atan(), |v: f64| (v / 3.0).exp()] {
+            let z: Vec<f64> = x.iter().map(|&v| f(v)).collect();
+            prop_assert_eq!(mi(&z, &y, Method::Pde), base);
+        }
+    }
+
+    /// Normal scores are ascending, keep ties as ties, and are symmetric.
+    #[test]
+    fn normal_scores_keep_order_and_ties(v in prop::collection::vec(-20i32..20, 1..300)) {
+        let mut x: Vec<f64> = v.iter().map(|&a| a as f64).collect();
+        x.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let s = normal_scores(&x);
+        for i in 1..x.len() {
+            let ok = if x[i] == x[i - 1] { s[i] == s[i - 1] } else { s[i] > s[i - 1] };
+            prop_assert!(ok, "position {}", i);
+        }
+        let neg: Vec<f64> = x.iter().rev().map(|&a| -a).collect();
+        let sn = normal_scores(&neg);
+        for i in 0..x.len() {
+            prop_assert!((s[i] + sn[x.len() - 1 - i]).abs() < 1e-12);
+        }
+    }
 }
