@@ -8,12 +8,23 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-# What holds or names pageshare segments now: processes with a pageshare memfd
-# open ("pid"), index entries and files in /dev/shm.
+# Every process this run starts inherits this mark (workers are re-parented
+# when their master dies, so ancestry cannot tell them), and only those count:
+# other R sessions on the machine (another run, a CI stage in a chroot) may
+# hold segments of their own meanwhile.
+export PAGESHARE_TEST_RUN="$$-$(date +%s%N)"
+started_by_this_run() {
+  tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "PAGESHARE_TEST_RUN=$PAGESHARE_TEST_RUN"
+}
+
+# What holds or names pageshare segments now: processes of this run with a
+# pageshare memfd open ("pid"), index entries and files in /dev/shm.
 pageshare_leftovers() {
   for fd in /proc/[0-9]*/fd/*; do
-    case "$(readlink "$fd" 2>/dev/null)" in /memfd:pageshare.*) echo "process ${fd#/proc/}" | cut -d/ -f1 ;; esac
-  done | sort -u
+    case "$(readlink "$fd" 2>/dev/null)" in /memfd:pageshare.*) echo "${fd#/proc/}" | cut -d/ -f1 ;; esac
+  done | sort -u | while read -r pid; do
+    started_by_this_run "$pid" && echo "process $pid"
+  done
   ls -A /dev/shm/pageshare-"$(id -u)" 2>/dev/null | sed 's/^/index entry /'
   ls -A /dev/shm 2>/dev/null | grep '^pageshare\.' | sed 's/^/file /'
 }
