@@ -48,7 +48,11 @@ const PANIC: u32 = 1 << 8;
 const R_ERROR: u32 = 2 << 8;
 
 /// The armed fault: its site in the low byte, what to do above; 0 if none.
-static ARMED: AtomicU32 = AtomicU32::new(0);
+/// The C shells of the hottest methods read it too (`ps_faults_armed`).
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+static ps_faults_armed: AtomicU32 = AtomicU32::new(0);
+use ps_faults_armed as ARMED;
 
 /// Is any fault armed? (The hottest view methods answer without the
 /// panic-catching wrapper while none is.)

@@ -22,16 +22,15 @@ use std::os::raw::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// A view's state. `repr(C)` with its first five fields in a fixed order:
+/// the C shells of the hottest methods (src/view_methods.c, `ps_hot_view`)
+/// read them through [`LAST_VIEW`] to answer without calling into Rust.
+#[repr(C)]
 pub struct View {
-    pub seg: Arc<Segment>,
-    pub kind: Kind,
-    /// First element within the segment.
-    pub offset: u64,
+    /// The R object whose data1 points here (set once by make_view): lets the
+    /// one-entry cache check that a cached View belongs to the object asked about.
+    object: SEXP,
     pub len: u64,
-    /// Full copies made of this view (duplicates, character copies).
-    pub materializations: Cell<u64>,
-    /// The private copy-on-write mapping, once a writeable pointer was asked for.
-    pub private: RefCell<Option<MmapMut>>,
     /// Where reads go now (the shared mapping, then the private one): cached so
     /// that the per-element methods, which R calls in tight loops, stay cheap.
     pub read_at: Cell<*const u8>,
@@ -40,9 +39,17 @@ pub struct View {
     /// for one. Cached, like `read_at`, so that R's per-element Dataptr calls
     /// answer without calling into R.
     pub write_at: Cell<*mut u8>,
-    /// The R object whose data1 points here (set once by make_view): lets the
-    /// Elt cache check that a cached View belongs to the object asked about.
-    object: SEXP,
+    /// 1 for a numeric view (its reads and writes go through read_at and
+    /// write_at), 0 for a character view.
+    numeric: std::os::raw::c_int,
+    pub seg: Arc<Segment>,
+    pub kind: Kind,
+    /// First element within the segment.
+    pub offset: u64,
+    /// Full copies made of this view (duplicates, character copies).
+    pub materializations: Cell<u64>,
+    /// The private copy-on-write mapping, once a writeable pointer was asked for.
+    pub private: RefCell<Option<MmapMut>>,
 }
 
 impl View {
@@ -209,6 +216,7 @@ pub unsafe fn make_view(seg: Arc<Segment>, kind: Kind, offset: u64, len: u64) ->
         read_at: Cell::new(std::ptr::null()),
         write_at: Cell::new(std::ptr::null_mut()),
         object: std::ptr::null_mut(),
+        numeric: (kind != Kind::Character) as std::os::raw::c_int,
     };
     view.read_at.set(if kind == Kind::Character { std::ptr::null() } else { view.shared_ptr() });
     let mut view = Some(Box::new(view));
@@ -301,7 +309,13 @@ pub unsafe fn plain_copy(x: SEXP, view: &View) -> Result<SEXP, RError> {
 /// through make_view(), which empties the cache. One atomic pointer, so that
 /// code calling Elt from several threads (against R's rules, but harmless for
 /// ordinary vectors) can never pair one object with another's View.
-static LAST_VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
+///
+/// The C shells read it too (as `ps_last_view`, an atomic pointer having the
+/// layout of a plain one), on R's main thread only.
+#[no_mangle]
+#[allow(non_upper_case_globals)]
+static ps_last_view: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
+use ps_last_view as LAST_VIEW;
 
 fn forget_last_view() {
     LAST_VIEW.store(std::ptr::null_mut(), Ordering::Relaxed);
