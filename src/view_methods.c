@@ -96,26 +96,16 @@ static SEXP view_string_elt(SEXP x, R_xlen_t i) { ANSWER(SEXP, ps_view_string_el
 static void view_string_set_elt(SEXP x, R_xlen_t i, SEXP v) {
   if (ps_view_string_set_elt(x, i, v)) ps_raise_pending();
 }
-static double view_real_elt(SEXP x, R_xlen_t i) {
-  const ps_hot_view *h = hot_view(x);
-  if (h) return ((const double *)h->read_at)[i];
-  ANSWER(double, ps_view_real_elt(x, i, &out));
-}
-static int view_int_elt(SEXP x, R_xlen_t i) {
-  const ps_hot_view *h = hot_view(x);
-  if (h) return ((const int *)h->read_at)[i];
-  ANSWER(int, ps_view_int_elt(x, i, &out));
-}
-static Rbyte view_raw_elt(SEXP x, R_xlen_t i) {
-  const ps_hot_view *h = hot_view(x);
-  if (h) return ((const Rbyte *)h->read_at)[i];
-  ANSWER(Rbyte, ps_view_raw_elt(x, i, &out));
-}
-static Rcomplex view_complex_elt(SEXP x, R_xlen_t i) {
-  const ps_hot_view *h = hot_view(x);
-  if (h) return ((const Rcomplex *)h->read_at)[i];
-  ANSWER(Rcomplex, ps_view_complex_elt(x, i, &out));
-}
+#define ELT_SHELL(name, type, rust)                                                                 \
+  static type name(SEXP x, R_xlen_t i) {                                                           \
+    const ps_hot_view *h = hot_view(x);                                                            \
+    if (h) return ((const type *)h->read_at)[i];                                                   \
+    ANSWER(type, rust(x, i, &out));                                                                \
+  }
+ELT_SHELL(view_real_elt, double, ps_view_real_elt)
+ELT_SHELL(view_int_elt, int, ps_view_int_elt)
+ELT_SHELL(view_raw_elt, Rbyte, ps_view_raw_elt)
+ELT_SHELL(view_complex_elt, Rcomplex, ps_view_complex_elt)
 static R_xlen_t view_real_region(SEXP x, R_xlen_t i, R_xlen_t n, double *buf) {
   ANSWER(R_xlen_t, ps_view_real_region(x, i, n, buf, &out));
 }

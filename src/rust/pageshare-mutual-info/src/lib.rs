@@ -99,27 +99,45 @@ pub fn plug_in_mi(a: &[usize], b: &[u32], ka: usize, kb: usize) -> f64 {
     if n == 0 {
         return 0.0;
     }
-    let mut na = vec![0u64; ka];
-    let mut nb = vec![0u64; kb];
-    // Cells as (a, b) keys sorted, so memory stays O(n) whatever ka * kb is.
-    let mut cells: Vec<(usize, u32)> = a.iter().copied().zip(b.iter().copied()).collect();
-    for &(x, y) in &cells {
-        na[x] += 1;
-        nb[y as usize] += 1;
-    }
-    cells.sort_unstable();
+    let t = Table::of(a, b, ka, kb);
     let nf = n as f64;
     let mut mi = 0.0;
-    let mut i = 0;
-    while i < cells.len() {
-        let mut j = i + 1;
-        while j < cells.len() && cells[j] == cells[i] {
-            j += 1;
-        }
-        let nab = (j - i) as f64;
-        let (x, y) = cells[i];
-        mi += nab / nf * (nab * nf / (na[x] as f64 * nb[y as usize] as f64)).ln();
-        i = j;
+    for &((x, y), count) in &t.cells {
+        let nab = count as f64;
+        mi += nab / nf * (nab * nf / (t.na[x] as f64 * t.nb[y as usize] as f64)).ln();
     }
     mi.max(0.0)
+}
+
+/// The counts of the two-way table of `a` (in 0..ka) and `b` (in 0..kb): its
+/// margins, and its non-empty cells with their counts, in sorted order (memory
+/// O(n) whatever ka * kb is).
+pub(crate) struct Table {
+    pub na: Vec<u64>,
+    pub nb: Vec<u64>,
+    pub cells: Vec<((usize, u32), u64)>,
+}
+
+impl Table {
+    pub fn of(a: &[usize], b: &[u32], ka: usize, kb: usize) -> Table {
+        let mut na = vec![0u64; ka];
+        let mut nb = vec![0u64; kb];
+        let mut pairs: Vec<(usize, u32)> = a.iter().copied().zip(b.iter().copied()).collect();
+        for &(x, y) in &pairs {
+            na[x] += 1;
+            nb[y as usize] += 1;
+        }
+        pairs.sort_unstable();
+        let mut cells = Vec::new();
+        let mut i = 0;
+        while i < pairs.len() {
+            let mut j = i + 1;
+            while j < pairs.len() && pairs[j] == pairs[i] {
+                j += 1;
+            }
+            cells.push((pairs[i], (j - i) as u64));
+            i = j;
+        }
+        Table { na, nb, cells }
+    }
 }

@@ -300,30 +300,14 @@ pub fn grassberger_mi(a: &[usize], b: &[u32], ka: usize, kb: usize) -> f64 {
     if n == 0 {
         return 0.0;
     }
-    let mut na = vec![0u64; ka];
-    let mut nb = vec![0u64; kb];
-    let mut cells: Vec<(usize, u32)> = a.iter().copied().zip(b.iter().copied()).collect();
-    for &(x, y) in &cells {
-        na[x] += 1;
-        nb[y as usize] += 1;
-    }
+    let t = crate::Table::of(a, b, ka, kb);
     // One variable constant: the MI is exactly 0 (Grassberger's H of a single
     // cell is not: about 1/n for odd n).
-    if na.iter().filter(|&&m| m > 0).count() < 2 || nb.iter().filter(|&&m| m > 0).count() < 2 {
+    if t.na.iter().filter(|&&m| m > 0).count() < 2 || t.nb.iter().filter(|&&m| m > 0).count() < 2 {
         return 0.0;
     }
-    cells.sort_unstable();
-    let mut nab = Vec::new();
-    let mut i = 0;
-    while i < cells.len() {
-        let mut j = i + 1;
-        while j < cells.len() && cells[j] == cells[i] {
-            j += 1;
-        }
-        nab.push((j - i) as u64);
-        i = j;
-    }
-    grassberger_h(&na, n) + grassberger_h(&nb, n) - grassberger_h(&nab, n)
+    let nab: Vec<u64> = t.cells.iter().map(|&(_, count)| count).collect();
+    grassberger_h(&t.na, n) + grassberger_h(&t.nb, n) - grassberger_h(&nab, n)
 }
 
 /// A Fisher-Yates shuffle driven by splitmix64 from `seed` (deterministic).
