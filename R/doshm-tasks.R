@@ -66,6 +66,54 @@ run_loop_tasks <- function(cl, columns, chunks, setup, balance = TRUE) {
   list(values = do.call(c, res), errors = as.integer(errors))   # (c() drops the attribute)
 }
 
+# The same on pageshare's own pool (R/pool.R), using the workers in `slots`:
+# tasks go to workers as they become free, the first task each worker gets
+# carries the setup.
+run_loop_tasks_on_pool <- function(slots, columns, chunks, setup) {
+  if (!length(chunks)) return(list(values = list(), errors = integer()))
+  loop <- new_loop_id()
+  threshold <- share_threshold()
+  res <- vector("list", length(chunks))
+  done <- 0L
+  redo <- integer()   # chunks a dead worker never began
+  job <- new_job(slots = slots, next_item = function(slot, first) {
+    if (length(redo)) {
+      i <- redo[1L]
+      redo <<- redo[-1L]
+    } else {
+      if (done >= length(chunks)) return(NULL)
+      done <<- done + 1L
+      i <- done
+    }
+    task <- list(loop = loop, setup = if (first) setup, columns = slice_columns(columns, chunks[[i]]))
+    list(payload = serialize(list(op = "loop", task = task, threshold = threshold), NULL, xdr = FALSE),
+         info = list(chunk = i, pid = shm_pool$pids[slot]))
+  }, requeue = function(sent) {
+    redo <<- c(redo, sent$chunk)
+  }, on_reply = function(sent, reply) {
+    if (identical(reply$status, "error")) {
+      job$failure <- list(kind = "error", condition = reply$condition)
+      return(invisible())
+    }
+    value <- reply_value(reply)
+    if (inherits(value$values, "doshm_needs_setup")) {
+      # (the worker lost the loop: its next task carries the setup again)
+      job$seen <- setdiff(job$seen, sent$pid)
+      redo <<- c(redo, sent$chunk)
+      return(invisible())
+    }
+    res[[sent$chunk]] <<- structure(value$values, errors = value$errors)
+  })
+  pool_drive(job)
+  f <- job$failure
+  if (identical(f$kind, "died")) pageshare_stop("pool_worker_died", f$pid, "a task", "a foreach loop")
+  if (!is.null(f)) pageshare_stop("worker_init", conditionMessage(f$condition))
+  failed <- Filter(function(r) inherits(r, "doshm_init_error"), res)
+  if (length(failed)) pageshare_stop("worker_init", failed[[1L]]$message)
+  errors <- unlist(lapply(seq_along(res), function(i) chunks[[i]][attr(res[[i]], "errors")]))
+  list(values = do.call(c, res), errors = as.integer(errors))
+}
+
 # ---- Worker side (these run in the workers' pageshare namespace) ----
 
 doshm_state <- new.env(parent = emptyenv())

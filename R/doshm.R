@@ -159,7 +159,10 @@ dots_frame <- function(...) environment()
 doshm_backend <- function(obj, expr, envir, data) {
   if (!inherits(obj, "foreach")) stop("`obj` must be a foreach object")
   verbose <- isTRUE(obj$verbose)
-  cl <- if (is.null(data$cluster)) pool_workers(data$cores) else data$cluster
+  on_pool <- is.null(data$cluster) && use_own_pool()
+  cl <- if (on_pool) NULL else if (is.null(data$cluster)) pool_workers(data$cores) else data$cluster
+  slots <- if (on_pool) pool_slots(data$cores)
+  workers <- if (on_pool) length(slots) else length(cl)
   local <- isTRUE(data$local)
   state <- share_state()
   on.exit(restore_shared(state), add = TRUE)
@@ -240,7 +243,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   }
   if (verbose) {
     cat(sprintf("pageshare: %d task(s) on %d worker(s); %d value(s) shared\n",
-                n, length(cl), length(unique_views(state$views))))
+                n, workers, length(unique_views(state$views))))
   }
 
   # Every message to the workers is serialized inside the handle scope, so
@@ -249,18 +252,22 @@ doshm_backend <- function(obj, expr, envir, data) {
   setup <- list(expr = body, exportenv = exportenv, pkgname = pkgname, packages = packages,
                 attach = opt$attachExportEnv, direct = evaluates_directly(expr))
   chunks <- if (opt$preschedule) {
-    if (verbose) cat(sprintf("bundling all tasks into %d chunk(s)\n", min(length(cl), n)))
-    split_range(n, min(length(cl), n))
+    if (verbose) cat(sprintf("bundling all tasks into %d chunk(s)\n", min(workers, n)))
+    split_range(n, min(workers, n))
   } else {
-    iteration_chunks(n, length(cl), opt)
+    iteration_chunks(n, workers, opt)
   }
   if (verbose) {
     if (opt$attachExportEnv) cat("attaching export environment\n")
     cat(sprintf("%d iteration(s) in %d task(s)\n", n, length(chunks)))
   }
-  results <- with_pool_health(with_handles_if(local, {
-    run_loop_tasks(cl, columns, chunks, setup, balance = !opt$preschedule)
-  }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
+  results <- if (on_pool) {
+    with_handles_if(local, run_loop_tasks_on_pool(slots, columns, chunks, setup))
+  } else {
+    with_pool_health(with_handles_if(local, {
+      run_loop_tasks(cl, columns, chunks, setup, balance = !opt$preschedule)
+    }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
+  }
 
   if (is.null(bulk$columns)) {
     tryCatch(accumulator(results$values, seq_along(results$values)), error = report_combine_error)

@@ -26,7 +26,7 @@ worker_result <- function(res, threshold) {
   shared <- NULL
   # (a worker whose descriptors its master cannot open sends its value plainly)
   if (!is.null(value) && (is_shareable_vector(value) || typeof(value) == "list") &&
-      isTRUE(.Call(ps_shares_openable))) {
+      isTRUE(.Call(ps_worth_walking, value, threshold)) && isTRUE(.Call(ps_shares_openable))) {
     state <- share_state()
     state$threshold <- threshold
     state$frames <- FALSE

@@ -155,6 +155,9 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   VARS <- resolve_vars(VARS, NAMESPACE, held)
   if (!is.null(MAX.CORES)) MAX.CORES <- check_worker_count(MAX.CORES, "MAX.CORES")
   if (n == 0L) return(stats::setNames(list(), nms))
+  if (is.null(CLUSTER) && use_own_pool()) {
+    return(mem_run_pool(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what))
+  }
   if (is.null(CLUSTER)) {
     cl <- pool_workers(MAX.CORES)
     local <- TRUE
@@ -191,6 +194,36 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   out <- do.call(c, res)
   names(out) <- nms
   out
+}
+
+# The same on pageshare's own pool: a map over the indices, each element
+# reading its row, column or element of X (sent once per worker, shared by
+# the rule of every front door).
+mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
+  if (is.null(MAX.CORES)) pool_ensure()
+  slots <- pool_slots(min(n, MAX.CORES %||% length(shm_pool$pids)))
+  job <- pool_map(seq_len(n), mem_element, list(X = X, mode = mode, FUN = FUN, VARS = VARS), slots = slots)
+  f <- job$failure
+  if (identical(f$kind, "died")) {
+    pageshare_stop("pool_worker_died", f$pid,
+                   sprintf("%s %s", what, describe_range(seq.int(f$info$from, f$info$to))), sprintf("%s()", caller))
+  }
+  if (!is.null(f)) {
+    label <- sprintf("%s %s", what, element_label(f$index, nms))
+    cond <- f$condition
+    msg <- sprintf(pageshare_messages$fun_failed, caller, label, conditionMessage(cond))
+    stop(structure(class = c("pageshare_task_failed", "pageshare_error", "error", "condition"),
+                   list(message = msg, call = NULL, parent = cond)))
+  }
+  out <- job$out
+  names(out) <- nms
+  out
+}
+
+# Runs on a worker: FUN on row, column or element i of X.
+mem_element <- function(i, X, mode, FUN, VARS) {
+  v <- switch(mode, X[i, ], X[, i], X[[i]])
+  if (length(VARS)) do.call(FUN, c(list(v), VARS)) else FUN(v)
 }
 
 # Runs on a worker: FUN over its chunk. Returns a list of results, or a

@@ -45,6 +45,16 @@ pageshare_messages <- list(
   mi_both_continuous = "mutualinfo() of two continuous variables is not supported by pageshare: set isXDiscrete = TRUE or isYDiscrete = TRUE for the discrete one",
   mi_mpmi = "`useMPMI = TRUE` is not supported: pageshare does not call the mpmi package",
   received_handle = "worker process %d could not open %d shared object(s) sent to it, so the task did not run: %s. The worker is fine and runs the next task; share the object again (a view whose owner has released it cannot be sent)",
+  pool_size = "`%s` must be a whole number of workers from 1 to 4096, not %s",
+  not_task = "`task` must be a task returned by shm_call(), not %s",
+  task_lost = "task %s was sent to a pool that has since been stopped; its value is lost (submit it again)",
+  pool_task_failed = "`FUN` failed in %s: %s",
+  pool_out_of_step = "pageshare's pool is out of step: worker %d answered message %s where %s was due (please report this); stop_workers() starts afresh",
+  pool_worker_replaced = "worker process %s of pageshare's pool died while it was idle (killed, or ended by the out-of-memory killer); a new worker has taken its place",
+  pool_worker_died = "worker process %s of pageshare's pool died while running %s of %s (killed, crashed, or ended by the out-of-memory killer); a new worker has taken its place",
+  map_x = "`X` must be a vector or a list, not %s",
+  map_seed = "`.seed` must be FALSE, TRUE, a single number or an L'Ecuyer-CMRG .Random.seed (7 integers), not %s",
+  need_progressr = "`.progress = TRUE` needs the package progressr; install it first",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 
@@ -53,7 +63,9 @@ pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", worker_died = "worker_died",
-  worker_died_idle = "worker_replaced",
+  worker_died_idle = "worker_replaced", task_lost = "worker_died", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
+  pool_worker_replaced = "worker_replaced", pool_out_of_step = "internal",
+  need_progressr = "missing_package",
   foreign_internal = "internal", received_handle = "segment_gone")
 
 pageshare_stop <- function(key, ..., call = NULL) {

@@ -20,9 +20,16 @@
 #'    default, which means `parallelly::availableCores()` when the pool starts
 #'    (it honours cgroup limits and CPU affinity), less what leaves 16
 #'    connections free) Number of processes in pageshare's own worker
-#'    pool, used by [registerDoShm()] without a cluster and by [memApply()] /
-#'    [memLapply()] without `CLUSTER`. The pool is started on first use, reused
-#'    by later calls, and stopped by [stop_workers()] or when R exits.}
+#'    pool (see [shm_pool]), used by [shm_call()], [shm_map()],
+#'    [registerDoShm()] without a cluster and [memApply()] / [memLapply()]
+#'    without `CLUSTER`. The pool is started on first use, reused by later
+#'    calls, and stopped by [stop_workers()] or when R exits.}
+#'  \item{`pageshare.pool`}{(`"shm"` or `"psock"`; env `PAGESHARE_POOL`;
+#'    default `"shm"`) Which pool [registerDoShm()] without a cluster and
+#'    [memApply()] / [memLapply()] without `CLUSTER` run on: pageshare's own
+#'    pool, whose tasks travel through shared memory, or a PSOCK cluster of
+#'    pageshare's (tasks through R's sockets, as before the pool existed;
+#'    kept to compare the two).}
 #'  \item{`pageshare.cache_limit`}{(numeric bytes; env `PAGESHARE_CACHE_LIMIT`;
 #'    default a quarter of the memory available when the package loads)
 #'    The identity cache ("share once") keeps the view of each shared source
@@ -69,7 +76,7 @@
 #' @name pageshare_options
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
 #'   pageshare.max_shared_bytes
-#'   pageshare.share_results pageshare.release_source pageshare.worker_vsize
+#'   pageshare.share_results pageshare.release_source pageshare.worker_vsize pageshare.pool
 #' @examples
 #' getOption("pageshare.dir")
 #' old <- options(pageshare.threshold = 64 * 1024)
@@ -91,6 +98,7 @@ option_defaults <- list(
   pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
   pageshare.share_results = list(default = TRUE),
+  pageshare.pool = list(env = "PAGESHARE_POOL", default = "shm", parse = identity),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
   pageshare.worker_vsize = list(env = "PAGESHARE_WORKER_VSIZE", default = 16 * 2^20, parse = as.numeric),
   # Unset by default and counted when a pool starts (worker_count()): loading

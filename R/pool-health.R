@@ -27,7 +27,7 @@ with_pool_health <- function(expr, cl, on_pool, task_of = function(i) "its task"
   if (!on_pool) return(expr)
   tryCatch(expr, error = function(e) {
     if (inherits(e, "pageshare_error")) stop(e)
-    pids <- pool_pids()
+    pids <- psock_pool_pids()
     # A killed process closes its sockets before the kernel marks it dead:
     # give it a moment.
     dead <- which(wait_processes_gone(pids, 0.5, all = FALSE))

@@ -9,7 +9,7 @@ pool <- new.env(parent = emptyenv())   # $cl (cluster), $pids (integer)
 # Called from .onLoad (a finalizer registered while the package is built would
 # not survive into the installed namespace).
 arm_pool_finalizer <- function() {
-  reg.finalizer(pool, function(e) stop_pool(e), onexit = TRUE)
+  reg.finalizer(pool, function(e) stop_all_workers(e), onexit = TRUE)
   invisible()
 }
 
@@ -42,7 +42,13 @@ stop_pool <- function(env = pool) {
 #' @examples
 #' stop_workers()
 #' @export
-stop_workers <- function() stop_pool(pool)
+stop_workers <- function() stop_all_workers(pool)
+
+# Both pools: pageshare's own (R/pool.R) and the PSOCK cluster.
+stop_all_workers <- function(env = pool) {
+  own <- tryCatch(pool_stop(), error = function(e) FALSE)
+  invisible(isTRUE(stop_pool(env)) || isTRUE(own))
+}
 
 # The pool, with at least `n` workers; returns its first `n` nodes.
 pool_workers <- function(n = NULL) {
@@ -75,7 +81,7 @@ pool_workers <- function(n = NULL) {
 replace_pool_if_out_of_step <- function() {
   cl <- pool$cl
   if (is.null(cl)) return(invisible(FALSE))
-  pids <- pool_pids()
+  pids <- psock_pool_pids()
   bad <- which(nodes_out_of_step(cl, if (length(pids) == length(cl)) pids else rep(NA_integer_, length(cl))))
   if (!length(bad)) return(invisible(FALSE))
   known <- bad[bad <= length(pids)]
@@ -103,8 +109,12 @@ make_nodelay_cluster <- function(n) {
     n, rscript_args = worker_heap_args(c("-e", shQuote("options(socketOptions = 'no-delay')")))))
 }
 
-# Process ids of the pool's workers (integer(0) when no pool is running).
-pool_pids <- function() if (is.null(pool$pids)) integer() else pool$pids
+# Process ids of the PSOCK pool's workers (integer(0) when none is running).
+psock_pool_pids <- function() if (is.null(pool$pids)) integer() else pool$pids
+
+# Process ids of the workers of the pool the front doors use (see
+# use_own_pool()).
+pool_pids <- function() if (use_own_pool()) .Call(ps_pool_pids) else psock_pool_pids()
 
 
 # Runs on a worker. Its environment is the global environment so that it can be

@@ -83,3 +83,15 @@ void ps_raise_pending(void) {
   UNPROTECT(4);
   Rf_error("%s", "pageshare: an error could not be signalled");
 }
+
+static void check_interrupt(void *data) {
+  (void)data;
+  R_CheckUserInterrupt();
+}
+
+/* Did the user interrupt (Ctrl-C)? Asked from Rust while it waits: R's own
+ * check jumps on an interrupt, here the jump stops at R_ToplevelExec and the
+ * caller finishes its wait in order, then R raises the interrupt. */
+int ps_interrupt_pending(void) {
+  return R_ToplevelExec(check_interrupt, NULL) == FALSE;
+}

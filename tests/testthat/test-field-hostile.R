@@ -853,6 +853,7 @@ test_that("10,000 objects shared at once: all read back, sockets work, workers g
   fe <- foreach::foreach(k = 1:2) %dopar% c(sum(vapply(views, sum, 0)), sum(vapply(views, pageshare::is_shared, TRUE)))
   expect_identical(fe, rep(list(c(local_sum, as.double(n))), 2))
   foreach::registerDoSEQ()
+  stop_workers()   # (the pool's own sockets, pipes and memory file go with it)
   # everything goes with the objects
   rm(views, f, fe, r)
   forget_shared()
@@ -897,6 +898,7 @@ test_that("a list of 10,000 leaves (80 MB) sent to a worker: the same result thr
     expect_lt(x[["fds"]], 100)
   }
   foreach::registerDoSEQ()
+  stop_workers()   # (the pool's own sockets, pipes and memory file go with it)
   expect_lte(length(setdiff(open_fds(), fds_before)), 4)
   rm(leaves, f, fe, x)
   forget_shared()

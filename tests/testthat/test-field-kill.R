@@ -38,7 +38,7 @@ field_master <- function(dir, libs, moment, ns) {
   pool_pids <- pageshare:::pool_pids()
   # Killed R sessions leave their tempdir: the test removes these.
   put("tmpdirs", c(tempdir(), future_workers[2, ],
-                   unlist(parallel::clusterCall(pageshare:::pool$cl, tempdir))))
+                   unlist(pageshare:::pool_call_each(tempdir))))
   if (moment == "future") {
     running <- file.path(dir, "running")
     f <- future({

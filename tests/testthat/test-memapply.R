@@ -4,7 +4,7 @@ old_opts <- options(pageshare.workers = 2L)
 pool_pids_seen <- integer()
 
 worker_globals <- function() {
-  parallel::clusterEvalQ(pageshare:::pool_workers(2), sort(ls(globalenv(), all.names = TRUE)))
+  pageshare:::pool_call_each(function() sort(ls(globalenv(), all.names = TRUE)))
 }
 
 test_that("MARGIN = 1 iterates rows and MARGIN = 2 columns (non-square X)", {
@@ -179,8 +179,11 @@ test_that("a call on warm workers starts no process and counts no cores", {
   expect_identical(c(cores = cores, processes = processes), c(cores = 0L, processes = 0L))
 })
 
-test_that("the pool's messages do not wait for delayed ACKs: TCP_NODELAY on both ends", {
+test_that("the PSOCK pool's messages do not wait for delayed ACKs: TCP_NODELAY on both ends", {
   # (a 16 KB reply took ~43 ms with Nagle, ~1 ms without)
+  old <- options(pageshare.pool = "psock")
+  on.exit(options(old), add = TRUE)
+  on.exit(pageshare:::stop_pool(), add = TRUE)
   so <- nodelay_probe()
   memApply(matrix(1:4, 2), 2, sum)                # the pool is up
   cl <- pageshare:::pool_workers()

@@ -4,6 +4,10 @@
 
 skip_if_not_installed("foreach")
 
+# The PSOCK pool (option pageshare.pool = "psock"); pageshare's own pool has
+# the same tests in test-pool.R.
+old_pool_option <- options(pageshare.pool = "psock")
+
 # Kills the worker it runs in when `cond` holds, after writing its pid to `file`.
 killer_writing_to <- function(file) {
   force(file)
@@ -69,3 +73,5 @@ test_that("a pool worker that died while idle is named as such and the next call
     }
   }
 })
+
+options(old_pool_option)

@@ -48,7 +48,7 @@ test_that("README's layout names every source file and folder, and only those", 
   bullets <- Filter(function(b) grepl("^(R|src)/", b$dir), bullets)
   covered <- vapply(bullets, function(b) b$dir, "")
   required <- c("R/", "src/", "src/rust/pageshare-core/src/", "src/rust/pageshare-r/src/",
-                "src/rust/pageshare-mutual-info/src/")
+                "src/rust/pageshare-mutual-info/src/", "src/rust/pageshare-pool/src/")
   expect_true(all(required %in% covered), info = paste(setdiff(required, covered), collapse = ", "))
   for (b in bullets) {
     if (!dir.exists(file.path(root, b$dir))) {

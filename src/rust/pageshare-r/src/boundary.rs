@@ -45,6 +45,8 @@ pub enum ErrorKind {
     UnsupportedType,
     /// An environment where segments cannot pass between processes (no /proc).
     UnsupportedEnvironment,
+    /// A worker process of the pool could not be started or admitted.
+    WorkerSetup,
     /// Any other failure of the operating system.
     System,
     /// A bug in pageshare (a panic).
@@ -67,6 +69,7 @@ impl ErrorKind {
             ErrorKind::BadArgument => "pageshare_bad_argument",
             ErrorKind::UnsupportedType => "pageshare_unsupported_type",
             ErrorKind::UnsupportedEnvironment => "pageshare_unsupported_environment",
+            ErrorKind::WorkerSetup => "pageshare_worker_setup",
             ErrorKind::System => "pageshare_system",
             ErrorKind::Internal => "pageshare_internal",
             ErrorKind::RJump => "",

@@ -9,6 +9,7 @@ pub mod args;
 pub mod boundary;
 pub mod cache;
 pub mod entry_memshare;
+pub mod entry_pool;
 pub mod entry_process;
 pub mod entry_share;
 pub mod entry_tasks;

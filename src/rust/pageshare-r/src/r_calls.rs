@@ -19,6 +19,16 @@ extern "C" {
     /// src/boundary.c: `body(data)` under R_UnwindProtect; `*jumped` set to 1
     /// if it raised an R error (stopped there, pending for the shell).
     fn ps_try_r(body: unsafe extern "C" fn(*mut c_void) -> SEXP, data: *mut c_void, jumped: *mut c_int) -> SEXP;
+    /// src/boundary.c: did the user interrupt? (the interrupt is taken).
+    fn ps_interrupt_pending() -> c_int;
+}
+
+/// Has the user interrupted (Ctrl-C) since R last looked? The interrupt is
+/// taken: the caller ends what it waits for and lets R raise it (see R/pool.R).
+pub fn interrupted() -> bool {
+    // SAFETY: R's main thread (every caller is an entry point's body); the
+    // check cannot jump out of ps_interrupt_pending.
+    unsafe { ps_interrupt_pending() != 0 }
 }
 
 /// Run `f`, which calls R's API, so that an R error it raises comes back as

@@ -83,8 +83,11 @@ pub fn watch(pid: u32, start: u64) -> std::io::Result<bool> {
 
 /// The master is gone: nobody will read this process's results. Withdraw the
 /// index entries of names it registered (as a normal exit does; only files, no
-/// R) and end it at once; the kernel frees its segments with its descriptors.
-fn master_gone() -> ! {
+/// R), remove R's temporary directory of this session ([`remember_session_tmpdir`])
+/// and end it at once; the kernel frees its segments with its descriptors.
+/// Called from a thread beside R's (this watchdog's, or a pool worker's
+/// watch on its socket): touches no R.
+pub fn master_gone() -> ! {
     let _ = std::panic::catch_unwind(pageshare_core::registry::withdraw_at_exit);
     // R's temporary directory of this session would be left in /tmp too.
     let tmp = SESSION_TMPDIR.lock().map(|t| t.clone()).unwrap_or(None);
@@ -94,6 +97,14 @@ fn master_gone() -> ! {
     // SAFETY: _exit() ends the process without running atexit handlers or
     // destructors, so nothing runs concurrently with the main thread's R code.
     unsafe { libc::_exit(MASTER_GONE_STATUS) }
+}
+
+/// Notes R's temporary directory of this session (R_SESSION_TMPDIR), for
+/// [`master_gone`] to remove. Main thread.
+pub fn remember_session_tmpdir() {
+    if let Some(dir) = std::env::var_os("R_SESSION_TMPDIR") {
+        *SESSION_TMPDIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir.into());
+    }
 }
 
 /// `ps_watch_master(pid, start_time)`: start (or retarget) this process's
@@ -109,9 +120,7 @@ pub extern "C" fn ps_watch_master_rs(pid: SEXP, start_time: SEXP) -> SEXP {
         if !(start.is_finite() && start >= 0.0 && start < 2f64.powi(53) && start.fract() == 0.0) {
             return Err(RError::argument("`start_time` must be a process start time (a whole number >= 0)"));
         }
-        if let Some(dir) = std::env::var_os("R_SESSION_TMPDIR") {
-            *SESSION_TMPDIR.lock().unwrap_or_else(|p| p.into_inner()) = Some(dir.into());
-        }
+        remember_session_tmpdir();
         let watched =
             watch(pid, start as u64).map_err(|e| RError::system(format!("cannot start the watchdog thread: {e}")))?;
         r_calls::scalar_logical(watched as i32)

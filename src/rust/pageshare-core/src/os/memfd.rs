@@ -142,6 +142,24 @@ pub fn seal(file: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Fix a memfd's size for good (it stays writable): a peer that maps it can
+/// never be made to fault by a shrink. For shared memory both sides write.
+pub fn seal_size(file: &File) -> std::io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor owned by `file`.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Is `file`'s size sealed as [`seal_size`] seals it?
+pub fn is_size_sealed(file: &File) -> bool {
+    // SAFETY: fcntl on a descriptor owned by `file`.
+    let s = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    s >= 0 && s & (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) == (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)
+}
+
 /// Does `file` carry every seal [`seal`] sets? Only then can nothing anyone
 /// does to it make a reader of its mapping fault.
 pub fn is_sealed(file: &File) -> bool {

@@ -7,17 +7,23 @@
 //! - `memfd`: memory files, seals, descriptor placement and limits, locks;
 //! - `pages`: page size, fault-free reads, prefixed private file mappings;
 //! - `pagemap`: which pages of a range this process has written;
+//! - `futex`: parking on and waking a word in shared memory;
+//! - `local_socket`: Unix-domain sockets, peer credentials, passing a descriptor;
 //! - `glibc_page_handover`: everything that depends on glibc's malloc layout
 //!   and replaces a live vector's pages (the page handover), alone and named.
 
+mod futex;
 mod glibc_page_handover;
+mod local_socket;
 mod memfd;
 mod pagemap;
 mod pages;
 mod process;
 mod space;
 
+pub use futex::*;
 pub use glibc_page_handover::*;
+pub use local_socket::*;
 pub use memfd::*;
 pub use pagemap::*;
 pub use pages::*;

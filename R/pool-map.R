@@ -1,0 +1,172 @@
+#' Apply a function to every element, on pageshare's worker pool
+#'
+#' `shm_map(X, FUN, ...)` is `lapply(X, FUN, ...)` run by the workers of
+#' pageshare's pool (see [shm_pool]): the result is a list in the order of
+#' `X`, with its names. `X`, the arguments in `...` and data in the frame of
+#' `FUN` are sent to each worker once per call (large vectors as shared
+#' views, read in place); the workers then take the elements in chunks whose
+#' size adapts as the call runs (cheap elements are batched, expensive ones
+#' spread one by one over the workers), so that all workers finish together.
+#'
+#' @section Random numbers:
+#' With `.seed`, element `i` is computed with the `i`-th L'Ecuyer-CMRG stream
+#' after the seed (the streams of [parallel::nextRNGStream()]): the results are
+#' the same for any number of workers and any schedule. `.seed = TRUE` draws
+#' the seed from this session's random-number generator (so `set.seed()`
+#' before the call makes it reproducible); a number is used as in
+#' `set.seed(.seed, kind = "L'Ecuyer-CMRG")`; a `.Random.seed` of kind
+#' L'Ecuyer-CMRG (7 integers) is used as it is. This session's generator is
+#' left as it was except for the one draw of `.seed = TRUE`.
+#'
+#' @section Errors:
+#' The first error of `FUN` ends the call with a `pageshare_task_failed`
+#' condition naming the element, whose `parent` is the original condition.
+#' A worker that dies during the call ends it with `pageshare_worker_died`
+#' (naming its process id and elements); the pool replaces it. Elements that
+#' other workers were running meanwhile finish in the background and are
+#' discarded.
+#'
+#' @param X A vector or list (a data frame: its columns).
+#' @param FUN A function (or the name of one), called as `FUN(X[[i]], ...)`.
+#' @param ... Further arguments for `FUN`, the same for every element.
+#' @param .seed `FALSE` (the workers' own random numbers), `TRUE`, a number, or
+#'   an L'Ecuyer-CMRG `.Random.seed`: see "Random numbers".
+#' @param .progress `TRUE` to report progress through the progressr package
+#'   (one step per element, as chunks finish; wrap the call in
+#'   `progressr::with_progress()` or set `progressr::handlers(global = TRUE)`).
+#' @return A list of `length(X)` values, named as `X`.
+#' @seealso [shm_pool], [memLapply()]
+#' @examples
+#' start_workers(2)
+#' shm_map(1:5, function(i) i^2)
+#' set.seed(1)
+#' a <- shm_map(1:3, function(i) runif(1), .seed = TRUE)
+#' set.seed(1)
+#' b <- shm_map(1:3, function(i) runif(1), .seed = TRUE)
+#' identical(a, b)
+#' stop_workers()
+#' @export
+shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
+  FUN <- match.fun(FUN)
+  if (is.null(X)) X <- list()
+  if (!(is.list(X) || is.atomic(X)) || is.environment(X)) pageshare_stop("map_x", describe_object(X))
+  check_flag(.progress, ".progress")
+  n <- length(X)
+  nms <- names(X)
+  seed <- map_seed(.seed)
+  if (n == 0L) return(stats::setNames(list(), nms))
+  pool_ensure()
+  progress <- if (.progress) map_progressor(n)
+  job <- pool_map(X, FUN, list(...), seed = seed, progress = progress)
+  f <- job$failure
+  if (!is.null(f)) {
+    if (identical(f$kind, "died")) {
+      pageshare_stop("pool_worker_died", f$pid, sprintf("elements %s", describe_range(seq.int(f$info$from, f$info$to))),
+                     "shm_map()")
+    }
+    pool_task_failed(sprintf("element %s", element_label(f$index, nms)), f$condition)
+  }
+  out <- job$out
+  names(out) <- nms
+  out
+}
+
+# FUN(X[[i]], <dots>) for i in 1..length(X) on the workers in `slots`: the
+# finished job (its $out, or its $failure: list(kind = "error", index,
+# condition) or list(kind = "died", pid, info = list(from, to))). X, dots and
+# the frames of FUN are shared by the rule of every front door and sent to
+# each worker once, with its first chunk.
+pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_along(shm_pool$pids)) {
+  n <- length(X)
+  state <- share_state()
+  X <- share_walk(X, state)
+  dots <- share_walk(dots, state)
+  share_walk(FUN, state)
+  on.exit(restore_shared(state), add = TRUE)
+  handles <- !fall_back(state) && length(state$views) > 0L
+  stage <- list(FUN = FUN, X = X, dots = dots, seed = seed)
+  stage <- if (handles) with_handles(serialize(stage, NULL, xdr = FALSE)) else serialize(stage, NULL, xdr = FALSE)
+  id <- pool_next_tag()
+  threshold <- share_threshold()
+  map <- new.env(parent = emptyenv())
+  map$next_i <- 1
+  map$rate <- NA_real_   # seconds per element, as measured so far
+  map$redo <- list()     # chunks a dead worker never began
+  job <- new_job(slots = slots, next_item = function(slot, first) {
+    if (length(map$redo)) {
+      from <- map$redo[[1L]]$from
+      to <- map$redo[[1L]]$to
+      map$redo[[1L]] <- NULL
+    } else {
+      if (map$next_i > n) return(NULL)
+      from <- map$next_i
+      to <- from + map_chunk_size(n - from + 1, map$rate, length(slots)) - 1
+      map$next_i <- to + 1
+    }
+    msg <- list(op = "chunk", map = id, from = from, to = to, threshold = threshold, stage = if (first) stage)
+    list(payload = serialize(msg, NULL, xdr = FALSE), info = list(from = from, to = to))
+  }, on_reply = function(info, reply) {
+    if (identical(reply$status, "error")) {
+      job$failure <- list(kind = "error", index = if (is.na(reply$index)) info$from else reply$index,
+                          condition = reply$condition)
+      return(invisible())
+    }
+    len <- info$to - info$from + 1
+    job$out[seq.int(info$from, info$to)] <- reply_value(reply)
+    if (!is.null(reply$seconds)) map$rate <- reply$seconds / len
+    if (!is.null(progress)) progress(amount = len)
+  }, requeue = function(info) {
+    map$redo[[length(map$redo) + 1L]] <- info
+  })
+  job$out <- vector("list", n)
+  job$keep <- state$views   # (until the job and its pending items are gone)
+  pool_drive(job)
+}
+
+# How many elements the next chunk takes: enough to run for about
+# `map_chunk_seconds` at the rate measured so far (a probe of
+# `map_probe_elements` until a rate is known), never more than a share of
+# what is left, so that the workers finish together; once what is left would
+# take each worker less than one chunk's time, it is split evenly (a smaller
+# chunk would cost more in round trips than it could save in balance).
+map_chunk_seconds <- 0.002
+map_probe_elements <- 2
+
+map_chunk_size <- function(left, rate, workers) {
+  if (is.na(rate)) return(max(1, min(map_probe_elements, ceiling(left / (2 * workers)))))
+  rate <- max(rate, 1e-7)
+  if (left * rate / workers <= map_chunk_seconds) return(ceiling(left / workers))
+  max(1, min(floor(map_chunk_seconds / rate), ceiling(left / (2 * workers))))
+}
+
+element_label <- function(i, nms) {
+  sprintf("%d%s", i, if (!is.null(nms) && !is.na(nms[i]) && nzchar(nms[i])) sprintf(" (%s)", dQuote(nms[i], FALSE)) else "")
+}
+
+# The L'Ecuyer-CMRG .Random.seed the streams of a map start from, or NULL.
+# The caller's generator is restored afterwards (after the one draw of TRUE).
+map_seed <- function(seed) {
+  if (isFALSE(seed) || is.null(seed)) return(NULL)
+  if (is.numeric(seed) && length(seed) == 7L && all(is.finite(seed)) && seed[1L] %% 100L == 7L) {
+    return(as.integer(seed))
+  }
+  if (!isTRUE(seed) && !(is.numeric(seed) && length(seed) == 1L && is.finite(seed))) {
+    pageshare_stop("map_seed", describe_value(seed))
+  }
+  if (isTRUE(seed)) seed <- sample.int(.Machine$integer.max, 1L)
+  genv <- globalenv()
+  old <- get0(".Random.seed", envir = genv, inherits = FALSE)
+  old_kind <- RNGkind()
+  on.exit({
+    do.call(RNGkind, as.list(old_kind))
+    if (is.null(old)) rm(".Random.seed", envir = genv) else assign(".Random.seed", old, envir = genv)
+  })
+  set.seed(seed, kind = "L'Ecuyer-CMRG")
+  get(".Random.seed", envir = genv)
+}
+
+map_progressor <- function(n) {
+  if (!requireNamespace("progressr", quietly = TRUE)) pageshare_stop("need_progressr")
+  # (created in the caller's frame, as progressr wants)
+  eval.parent(quote(progressr::progressor(steps = n)), n = 1)
+}

@@ -1,0 +1,131 @@
+# The worker's side of pageshare's pool (R/pool.R). A worker is
+# `Rscript -e 'pageshare:::pool_worker_main()'`, started by its master with
+# the pool's address and secret in its environment. It connects (from then
+# on it ends with its master, also in the middle of a task), then runs
+# messages until the pool stops.
+#
+# A message is a serialized list with `op`:
+#   "call"   FUN(args...), once;
+#   "loop"   a task of a foreach loop (doshm-tasks.R);
+#   "chunk"  FUN over X[from:to] of map `map`; the first chunk of a map that
+#            a worker gets also carries the map itself (`stage`: FUN, X, dots
+#            and seed, serialized once for all workers), which the worker
+#            keeps until the next map.
+# With a message comes `release` (a bit of its tag): the master holds every
+# result this worker handed over before, so their segments can be let go.
+# Every message carries `threshold`, the master's size from which a result
+# travels as shared data.
+# The reply is a serialized list(status = "ok", value) or
+# list(status = "error", index, condition).
+
+pool_worker_main <- function() {
+  # (attached, as on the workers of registerDoShm()'s PSOCK pool: loop bodies
+  # call pageshare's functions without `pageshare::`)
+  suppressPackageStartupMessages(library("pageshare", character.only = TRUE))
+  .Call(ps_pool_worker_connect)
+  become_receiver()
+  maps <- new.env(parent = emptyenv())
+  repeat {
+    msg <- .Call(ps_pool_worker_next)
+    if (is.null(msg)) break
+    reply <- tryCatch(pool_worker_run(msg[[2L]], msg[[3L]], maps),
+                      error = function(e) pool_error_reply(NA_integer_, e))
+    if (!isTRUE(.Call(ps_pool_worker_reply, msg[[1L]], reply))) break
+  }
+  invisible()
+}
+
+pool_worker_run <- function(payload, release, maps) {
+  if (isTRUE(worker_scope_open$open)) {
+    .Call(ps_scope, -1L)
+    worker_scope_open$open <- FALSE
+  }
+  .Call(ps_task_state, TRUE)
+  on.exit(.Call(ps_task_state, FALSE))
+  # (an error here or in a call's FUN is the reply's, see pool_worker_main())
+  if (release) .Call(ps_release_handoffs)
+  msg <- unserialize(payload)
+  # What earlier messages left (a map's data, a foreach loop's state) goes
+  # when a message does not continue it, before the views of segments
+  # released since are collected.
+  if (!is.null(maps$id) && (!identical(msg$op, "chunk") || !is.null(msg$stage))) {
+    for (k in c("id", "run", "X", "seed")) maps[[k]] <- NULL
+  }
+  if (!is.null(doshm_state$loop) && (!identical(msg$op, "loop") || !is.null(msg$task$setup))) doshm_forget()
+  collect_stale_views()
+  switch(msg$op,
+         call = pool_worker_call(msg),
+         chunk = pool_worker_chunk(msg, maps),
+         loop = pool_worker_loop(msg),
+         pool_error_reply(NA_integer_, simpleError(sprintf("unknown message '%s'", msg$op))))
+}
+
+pool_worker_call <- function(msg) {
+  pool_ok_reply(worker_result(withVisible(do.call(msg$FUN, msg$args)), msg$threshold))
+}
+
+pool_worker_chunk <- function(msg, maps) {
+  if (!is.null(msg$stage)) {
+    stage <- unserialize(msg$stage)
+    maps$id <- msg$map
+    maps$run <- pool_runner(stage$FUN, stage$dots)
+    maps$X <- stage$X
+    maps$seed <- stage$seed
+  } else if (!identical(maps$id, msg$map)) {
+    return(pool_error_reply(NA_integer_, simpleError("a chunk of a map this worker was never sent")))
+  }
+  run <- maps$run
+  X <- maps$X
+  seed <- maps$seed
+  from <- msg$from
+  to <- msg$to
+  out <- vector("list", to - from + 1)
+  # One handler for the whole chunk (one per element would cost more than a
+  # cheap element): the first error ends the chunk, and `i` names it.
+  i <- from
+  started <- Sys.time()   # (microseconds; proc.time() counts milliseconds)
+  failed <- tryCatch({
+    if (is.null(seed)) {
+      for (i in seq.int(from, to)) {
+        r <- run(X[[i]])
+        if (!is.null(r)) out[[i - from + 1]] <- r
+      }
+    } else {
+      genv <- globalenv()
+      for (i in seq.int(from, to)) {
+        assign(".Random.seed", .Call(ps_rng_stream, seed, i), envir = genv)
+        r <- run(X[[i]])
+        if (!is.null(r)) out[[i - from + 1]] <- r
+      }
+    }
+    NULL
+  }, error = function(e) e)
+  seconds <- as.numeric(Sys.time()) - as.numeric(started)   # (the elements alone: the rate of FUN)
+  if (!is.null(failed)) return(pool_error_reply(i, failed))
+  pool_ok_reply(worker_result(list(value = out, visible = TRUE), msg$threshold), seconds)
+}
+
+pool_worker_loop <- function(msg) {
+  res <- doshm_worker_task(msg$task)
+  errors <- attr(res, "errors")
+  attr(res, "errors") <- NULL
+  pool_ok_reply(worker_result(list(value = list(values = res, errors = errors), visible = TRUE), msg$threshold))
+}
+
+# FUN(x, <dots>) as a function of x alone (the dots bound once per map).
+pool_runner <- function(FUN, dots) {
+  if (!length(dots)) return(FUN)
+  force(FUN)
+  do.call(function(...) function(x) FUN(x, ...), dots)
+}
+
+pool_ok_reply <- function(value, seconds = NULL) {
+  serialize(list(status = "ok", value = value, seconds = seconds), NULL, xdr = FALSE)
+}
+
+pool_error_reply <- function(index, cond) {
+  # (a condition that cannot be serialized is sent as a simple error with its message)
+  tryCatch(serialize(list(status = "error", index = index, condition = cond), NULL, xdr = FALSE),
+           error = function(e) serialize(list(status = "error", index = index,
+                                              condition = simpleError(conditionMessage(cond))), NULL, xdr = FALSE))
+}

@@ -1,0 +1,461 @@
+#' pageshare's worker pool: tasks over shared memory
+#'
+#' pageshare runs its own pool of background R processes. Tasks and results
+#' travel between this session and its workers on rings in shared memory (no
+#' socket, no connection per worker); large values travel as shared segments
+#' and arrive as views. A worker waits for work by spinning briefly and then
+#' sleeping on a futex, so an idle pool uses no CPU. A worker that dies is
+#' seen at once (the kernel closes its socket), reported and replaced; when
+#' this R session ends, however it ends, its workers end with it.
+#'
+#' The pool starts on first use with `pageshare.workers` workers (see
+#' [pageshare_options]), or with `n` by `start_workers()`, and is stopped by
+#' [stop_workers()] or when R exits.
+#'
+#' * `shm_call(FUN, ...)` sends `FUN(...)` to a worker and returns a task at
+#'   once; `shm_value(task)` waits for its value. Arguments are evaluated here;
+#'   large vectors among them are shared once and read by the worker in place.
+#' * [shm_map()] applies a function to every element of a vector or list on
+#'   all workers.
+#'
+#' @section Errors:
+#' An error in `FUN` is re-raised by `shm_value()` as a `pageshare_task_failed`
+#' condition whose `parent` is the original condition (so `conditionCall()`
+#' and classes of the original survive), naming the task. A worker that dies
+#' while running a task (killed, crashed, out of memory) gives a
+#' `pageshare_worker_died` error naming its process id and the task; the pool
+#' replaces it and the next task runs normally.
+#'
+#' @param n Number of workers (default: option `pageshare.workers`, else the
+#'   cores this R session may use). A running pool of another size is
+#'   stopped and a new one started.
+#' @param FUN A function (or the name of one).
+#' @param ... Arguments for `FUN`, evaluated in this session.
+#' @param task A task returned by `shm_call()`.
+#' @return `start_workers()`: the workers' process ids, invisibly.
+#'   `shm_call()`: a task (class `pageshare_task`). `shm_value()`: the value
+#'   of `FUN(...)`.
+#' @seealso [shm_map()], [stop_workers()]
+#' @examples
+#' start_workers(2)
+#' task <- shm_call(function(x) sum(sqrt(x)), 1:10)
+#' shm_value(task)
+#' tasks <- lapply(1:4, function(i) shm_call(Sys.getpid))
+#' unique(vapply(tasks, shm_value, 1L))
+#' stop_workers()
+#' @name shm_pool
+NULL
+
+#' @rdname shm_pool
+#' @export
+start_workers <- function(n = NULL) {
+  n <- pool_worker_count(n, "n")
+  if (length(shm_pool$pids) != n) pool_start(n)
+  invisible(shm_pool$pids)
+}
+
+#' @rdname shm_pool
+#' @export
+shm_call <- function(FUN, ...) {
+  FUN <- match.fun(FUN)
+  args <- list(...)
+  pool_ensure()
+  threshold <- share_threshold()
+  keep <- NULL
+  handles <- FALSE
+  if (!plain_call(FUN, args, threshold)) {
+    state <- share_state()
+    args <- share_walk(args, state)
+    share_walk(FUN, state)
+    on.exit(restore_shared(state), add = TRUE)
+    handles <- !fall_back(state) && length(state$views) > 0L
+    keep <- state$views
+  }
+  tag <- pool_next_tag()
+  msg <- list(op = "call", FUN = FUN, args = args, threshold = threshold)
+  payload <- if (handles) with_handles(serialize(msg, NULL, xdr = FALSE)) else serialize(msg, NULL, xdr = FALSE)
+  task <- new.env(parent = emptyenv())
+  task$tag <- tag
+  # (the shared arguments stay referenced until the worker has its result)
+  task$keep <- keep
+  class(task) <- "pageshare_task"
+  pool_submit(tag, payload, list(kind = "call", task = task))
+  task
+}
+
+#' @rdname shm_pool
+#' @export
+shm_value <- function(task) {
+  if (!inherits(task, "pageshare_task")) {
+    pageshare_stop("not_task", describe_object(task))
+  }
+  while (is.null(task$reply)) {
+    if (!identical(task$generation, shm_pool$generation)) pageshare_stop("task_lost", format(task$tag))
+    pool_wait_event()
+  }
+  reply <- task$reply
+  if (identical(reply$status, "died")) {
+    pageshare_stop("pool_worker_died", reply$pid, sprintf("task %s", format(task$tag)), "shm_call()")
+  }
+  if (identical(reply$status, "error")) {
+    pool_task_failed(sprintf("task %s", format(task$tag)), reply$condition)
+  }
+  value <- reply_value(reply)
+  task$reply <- list(status = "ok", value = value)
+  task$keep <- NULL
+  value
+}
+
+#' @export
+print.pageshare_task <- function(x, ...) {
+  cat(sprintf("<pageshare task %s: %s>\n", format(x$tag), if (is.null(x$reply)) "running" else "done"))
+  invisible(x)
+}
+
+# ---- internals ---------------------------------------------------------------
+
+# Nothing to share: no argument reaches the threshold (nor holds a view) and
+# FUN carries no frame of its own (its environment is the global environment
+# or a namespace). Then a task skips the sharing walk.
+plain_call <- function(FUN, args, threshold) {
+  env <- environment(FUN)
+  (is.null(env) || identical(env, globalenv()) || isNamespace(env)) &&
+    !isTRUE(.Call(ps_worth_walking, args, threshold))
+}
+#
+# shm_pool holds the master's view of the pool: $pids (one per slot),
+# $generation (a new one per start: tasks of an earlier pool are lost),
+# $inflight (tasks sent per slot), $queue (messages not yet sent: at most
+# `pool_depth` tasks wait in a worker's ring, so that a worker blocked on a
+# full result ring can never block the master on a full task ring),
+# $pending (per slot, what to do with the replies to come, in the order the
+# messages were sent: a worker answers them in that order), $next_tag.
+
+shm_pool <- new.env(parent = emptyenv())
+
+# How many tasks may wait for one worker at a time (one running, one ready).
+pool_depth <- 2L
+
+# Bytes of each ring, each way: small messages inline; larger ones stream.
+pool_ring_bytes <- 262144
+
+# How long new workers may take to start R, load pageshare and connect: a
+# minute, and a second more per worker (a hundred workers start on a few
+# cores at once).
+pool_connect_seconds <- function(n) 60 + n
+
+pool_worker_count <- function(n, arg) {
+  if (is.null(n)) n <- pageshare_option("pageshare.workers")
+  if (is.null(n)) return(default_worker_count())
+  if (!is_whole_count(n) || n > 4096) pageshare_stop("pool_size", arg, describe_value(n))
+  as.integer(n)
+}
+
+pool_start <- function(n) {
+  pool_stop()
+  rscript <- file.path(R.home("bin"), "Rscript")
+  args <- worker_heap_args(c("--no-echo", "--no-restore", "-e", "pageshare:::pool_worker_main()"))
+  libs <- paste(.libPaths(), collapse = .Platform$path.sep)
+  pids <- .Call(ps_pool_start, n, rscript, args, "R_LIBS", libs, pool_ring_bytes,
+                pool_connect_seconds(n))
+  shm_pool$pids <- pids
+  shm_pool$generation <- (shm_pool$generation %||% 0) + 1
+  shm_pool$inflight <- integer(n)
+  shm_pool$queue <- new_fifo()
+  shm_pool$pending <- lapply(seq_len(n), function(i) new_fifo())
+  shm_pool$next_tag <- shm_pool$next_tag %||% 0
+  invisible(pids)
+}
+
+pool_stop <- function() {
+  was <- .Call(ps_pool_stop)
+  shm_pool$pids <- NULL
+  shm_pool$generation <- (shm_pool$generation %||% 0) + 1
+  shm_pool$pending <- NULL
+  shm_pool$queue <- new_fifo()
+  invisible(was)
+}
+
+# FUN(...) on every worker of the pool (one call each, in slot order): the
+# list of their values. For checks of the workers' state.
+pool_call_each <- function(FUN, ...) {
+  pool_ensure()
+  msg <- serialize(list(op = "call", FUN = FUN, args = list(...), threshold = Inf), NULL, xdr = FALSE)
+  tasks <- lapply(seq_along(shm_pool$pids), function(slot) {
+    task <- new.env(parent = emptyenv())
+    class(task) <- "pageshare_task"
+    task$tag <- pool_next_tag()
+    task$generation <- shm_pool$generation
+    pool_send(slot, task$tag, msg, list(kind = "call", task = task))
+    task
+  })
+  lapply(tasks, shm_value)
+}
+
+# The first `n` slots of the pool, started (or restarted larger) as needed.
+pool_slots <- function(n) {
+  if (length(shm_pool$pids) < n) pool_start(n)
+  seq_len(n)
+}
+
+# Do the front doors without a cluster of the user's run on this pool?
+# Option pageshare.pool = "psock" selects the PSOCK pool instead (the path
+# before this pool, kept for comparison).
+use_own_pool <- function() !identical(pageshare_option("pageshare.pool"), "psock")
+
+pool_ensure <- function() {
+  if (is.null(shm_pool$pids)) pool_start(pool_worker_count(NULL, "pageshare.workers"))
+  invisible()
+}
+
+pool_next_tag <- function() {
+  shm_pool$next_tag <- shm_pool$next_tag + 1
+  shm_pool$next_tag
+}
+
+# Sends a message now if a worker has room, else queues it. `what` says what
+# to do with the reply: list(kind = "call", task) or list(kind = "job", job,
+# info) (see pool_drive()).
+pool_submit <- function(tag, payload, what, slot = NULL) {
+  what$generation <- shm_pool$generation
+  if (!is.null(what$task)) what$task$generation <- shm_pool$generation
+  if (is.null(slot)) {
+    free <- which(shm_pool$inflight < pool_depth)
+    if (!length(free)) {
+      shm_pool$queue$push(list(tag = tag, payload = payload, what = what))
+      return(invisible(FALSE))
+    }
+    slot <- free[which.min(shm_pool$inflight[free])]
+  }
+  pool_send(slot, tag, payload, what)
+  invisible(TRUE)
+}
+
+pool_send <- function(slot, tag, payload, what) {
+  for (attempt in 1:2) {
+    # (nothing of this worker's is still on its way: it may let go of what it handed over)
+    release <- shm_pool$inflight[slot] == 0L
+    status <- .Call(ps_pool_send, slot, tag, payload, release)
+    if (status == 0L) {
+      what$tag <- tag
+      # (a task a dead worker never began is sent again: see pool_on_death())
+      if (identical(what$kind, "call")) what$payload <- payload
+      shm_pool$pending[[slot]]$push(what)
+      shm_pool$inflight[slot] <- shm_pool$inflight[slot] + 1L
+      return(invisible())
+    }
+    if (status == 2L) pool_interrupted()
+    # The worker is gone (it died while idle, or with tasks the next events
+    # would report): its tasks fail, a new worker takes the slot, and this
+    # message goes to the new one.
+    pool_on_death(slot, shm_pool$pids[slot])
+  }
+  pageshare_stop("pool_worker_died", shm_pool$pids[slot], sprintf("task %.0f", tag), "a worker just started")
+}
+
+# Waits for the next event of the pool and handles it.
+pool_wait_event <- function(timeout = NA_real_) {
+  ev <- .Call(ps_pool_receive, timeout)
+  switch(ev[[1L]] + 1L,
+         pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
+         pool_on_death(ev[[2L]], ev[[4L]]),
+         pool_interrupted(),
+         NULL)
+  invisible(ev[[1L]])
+}
+
+pool_on_reply <- function(slot, tag, payload) {
+  what <- shm_pool$pending[[slot]]$pop()
+  if (!identical(what$tag, tag)) pageshare_stop("pool_out_of_step", slot, format(tag), format(what$tag))
+  shm_pool$inflight[slot] <- shm_pool$inflight[slot] - 1L
+  reply <- unserialize(payload)
+  if (identical(what$kind, "call")) {
+    what$task$reply <- reply
+  } else {
+    job_reply(what$job, what$info, reply)
+  }
+  pool_dispatch_queue()
+}
+
+# A worker died: a new worker takes its slot; the messages it never began go
+# out again, and the tasks it was running fail naming its pid. One that died
+# running nothing (killed while idle, or by the out-of-memory killer) is named
+# in a warning.
+pool_on_death <- function(slot, pid) {
+  force(pid)   # (the caller may pass shm_pool$pids[slot], replaced below)
+  replaced <- .Call(ps_pool_replace, slot)
+  shm_pool$pids[slot] <- replaced[[1L]]
+  unread <- replaced[[2L]]
+  shm_pool$inflight[slot] <- 0L
+  begun <- FALSE
+  again <- list()
+  for (what in shm_pool$pending[[slot]]$drain()) {
+    if (what$tag %in% unread) {
+      if (identical(what$kind, "call")) {
+        again[[length(again) + 1L]] <- list(tag = what$tag, payload = what$payload, what = what)
+      } else {
+        job_requeue(what$job, what$info)
+      }
+      next
+    }
+    begun <- TRUE
+    reply <- list(status = "died", pid = pid)
+    if (identical(what$kind, "call")) what$task$reply <- reply
+    else job_reply(what$job, what$info, reply)
+  }
+  for (q in rev(again)) shm_pool$queue$push(q, front = TRUE)
+  if (!begun) pageshare_warn("pool_worker_replaced", pid)
+  pool_dispatch_queue()
+}
+
+pool_dispatch_queue <- function() {
+  while (shm_pool$queue$size() && any(shm_pool$inflight < pool_depth)) {
+    q <- shm_pool$queue$pop()
+    free <- which(shm_pool$inflight < pool_depth)
+    pool_send(free[which.min(shm_pool$inflight[free])], q$tag, q$payload, q$what)
+  }
+}
+
+# The user interrupted a wait: the workers' tasks are abandoned (the pool is
+# restarted, so no late reply can be mistaken for a later task's), then R's
+# interrupt is raised as Ctrl-C raises it.
+pool_interrupted <- function() {
+  n <- length(shm_pool$pids)
+  pool_stop()
+  if (n) tryCatch(pool_start(n), error = function(e) NULL)
+  signalCondition(structure(class = c("interrupt", "condition"), list(message = "", call = NULL)))
+  invokeRestart("abort")
+}
+
+pool_task_failed <- function(what, cond) {
+  msg <- sprintf(pageshare_messages$pool_task_failed, what, conditionMessage(cond))
+  stop(structure(class = c("pageshare_task_failed", "pageshare_error", "error", "condition"),
+                 list(message = msg, call = NULL, parent = cond)))
+}
+
+# A first-in first-out queue: list(push, pop, size, drain). Push and pop
+# take constant time: the items live in the function's own frame, changed in
+# place by `<<-` (a list held in an environment is copied by every change of
+# one of its elements, and rm() of a binding takes microseconds).
+new_fifo <- function() {
+  items <- vector("list", 8L)
+  head <- 1L   # the next to pop
+  tail <- 0L   # the last pushed
+  compact <- function() {
+    live <- if (tail >= head) items[head:tail] else list()
+    items <<- c(live, vector("list", max(8L, length(live))))
+    tail <<- length(live)
+    head <<- 1L
+  }
+  list(
+    push = function(x, front = FALSE) {
+      if (front) {
+        if (head == 1L) {
+          items <<- c(list(NULL), items)
+          tail <<- tail + 1L
+        } else {
+          head <<- head - 1L
+        }
+        items[head] <<- list(x)
+      } else {
+        if (tail == length(items)) compact()
+        tail <<- tail + 1L
+        items[tail] <<- list(x)
+      }
+      invisible()
+    },
+    pop = function() {
+      x <- items[[head]]
+      items[head] <<- list(NULL)
+      head <<- head + 1L
+      x
+    },
+    size = function() tail - head + 1L,
+    drain = function() {
+      out <- if (tail >= head) items[head:tail] else list()
+      items <<- vector("list", 8L)
+      head <<- 1L
+      tail <<- 0L
+      out
+    })
+}
+
+# ---- jobs: work items spread over the workers --------------------------------
+#
+# A job (shm_map(), memApply(), a foreach loop) is an environment with
+#   $next_item(slot, first)  the next message for the worker in `slot` as
+#                            list(payload, info), or NULL when nothing is
+#                            left; `first`: this worker has not had one of
+#                            this job's messages yet (send it the job's stage);
+#   $on_reply(info, reply)   takes the reply to the item described by `info`;
+#   $requeue(info)           the item `info` must be sent again (its worker
+#                            died before it began it);
+#   $slots                   the slots it may use.
+# pool_drive() keeps every usable worker busy (up to pool_depth items each)
+# until every item has replied or one failed; $failure is then the first
+# failure (list(kind = "died", pid, info) or set by on_reply).
+
+new_job <- function(next_item, on_reply, requeue, slots = seq_along(shm_pool$pids)) {
+  job <- new.env(parent = emptyenv())
+  job$next_item <- next_item
+  job$on_reply <- on_reply
+  job$requeue <- requeue
+  job$slots <- slots
+  job$outstanding <- 0L
+  job$failure <- NULL
+  job$seen <- integer()   # pids that have had a message of this job
+  job
+}
+
+pool_drive <- function(job) {
+  repeat {
+    if (is.null(job$failure)) job_fill(job)
+    if (job$outstanding == 0L || !is.null(job$failure)) break
+    pool_wait_event()
+  }
+  # Items that other workers still run finish in the background: their
+  # replies are dropped (the job, held by their pending entries, keeps what
+  # they read alive until then).
+  invisible(job)
+}
+
+job_fill <- function(job) {
+  repeat {
+    slots <- job$slots
+    free <- slots[shm_pool$inflight[slots] < pool_depth]
+    if (!length(free)) return(invisible())
+    slot <- free[which.min(shm_pool$inflight[free])]
+    pid <- shm_pool$pids[slot]
+    item <- job$next_item(slot, !pid %in% job$seen)
+    if (is.null(item)) return(invisible())
+    job$seen <- c(job$seen, pid)
+    job$outstanding <- job$outstanding + 1L
+    pool_send(slot, pool_next_tag(), item$payload, list(kind = "job", job = job, info = item$info))
+  }
+}
+
+job_reply <- function(job, info, reply) {
+  job$outstanding <- job$outstanding - 1L
+  if (!is.null(job$failure)) return(invisible())
+  if (identical(reply$status, "died")) {
+    job$failure <- list(kind = "died", pid = reply$pid, info = info)
+    return(invisible())
+  }
+  job$on_reply(info, reply)
+}
+
+job_requeue <- function(job, info) {
+  job$outstanding <- job$outstanding - 1L
+  if (is.null(job$failure)) job$requeue(info)
+}
+
+# A reply's value, with the segments of large results the worker handed over
+# taken over by this process.
+reply_value <- function(reply) {
+  value <- reply$value
+  if (inherits(value, "pageshare_result")) {
+    adopt_views(value$value, value$pid)
+    value <- value$value
+  }
+  value
+}

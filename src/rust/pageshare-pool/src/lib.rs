@@ -1,0 +1,29 @@
+//! pageshare-pool: pageshare's worker pool without R.
+//!
+//! Tasks and results travel between a master and its worker processes on
+//! shared-memory rings; waiting spins briefly and then parks on a futex, so an
+//! idle pool burns no CPU; a worker's death is seen by the kernel closing its
+//! socket.
+//!
+//! Modules, one responsibility each:
+//! - [`wait`]: spin, then park on a doorbell (a futex word) in bounded slices;
+//! - [`ring`]: a single-producer single-consumer ring of messages;
+//! - [`region`]: the shared memory file holding every slot's rings;
+//! - [`handshake`]: how a worker proves it is one the master started;
+//! - [`pool`]: the master's side: start, admit, watch, replace and stop workers;
+//! - [`worker`]: the worker's side: connect, and die with the master;
+//! - [`rng`]: the random-number stream of each element of a map.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod handshake;
+pub mod pool;
+pub mod region;
+pub mod ring;
+pub mod rng;
+pub mod wait;
+pub mod worker;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_process;

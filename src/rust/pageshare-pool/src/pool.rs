@@ -1,0 +1,395 @@
+//! The master's side of the pool: start worker processes, let in only the ones
+//! it started (same user, the right process for the slot, the pool's secret),
+//! watch each one's socket from a thread of its own (the kernel closes it on
+//! any exit, `kill -9` included: the worker's rings are closed and the master
+//! woken at once), replace a worker that died, and stop them all.
+
+use crate::handshake::{check_hello, hex, HELLO_LEN, SECRET_LEN};
+use crate::region::Region;
+use crate::ring::RingError;
+use crate::wait::{wait_until, Patience, StopReason, Waited};
+use crate::worker::{ENV_ADDRESS, ENV_SECRET, ENV_SLOT};
+use pageshare_core::os;
+use std::io::Read;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How to start one worker process.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// How long a new worker may take to connect.
+    pub connect_timeout: Duration,
+}
+
+/// What went wrong with the pool's workers.
+#[derive(Debug)]
+pub enum PoolError {
+    /// A worker could not be started or did not connect in time; what it last
+    /// wrote to its standard error, if anything.
+    Start { slot: u64, why: String, stderr: String },
+    /// The pool's own resources (region, socket) could not be set up.
+    Setup(String),
+}
+
+impl std::fmt::Display for PoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PoolError::Start { slot, why, stderr } if stderr.is_empty() => {
+                write!(f, "worker {} of the pool could not be started: {why}", slot + 1)
+            }
+            PoolError::Start { slot, why, stderr } => write!(
+                f,
+                "worker {} of the pool could not be started: {why}; it wrote:\n{}",
+                slot + 1,
+                stderr.trim_end()
+            ),
+            PoolError::Setup(why) => write!(f, "the pool could not be set up: {why}"),
+        }
+    }
+}
+
+/// What [`Pool::receive_any`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A message from the worker in `slot`, sent with `tag`.
+    Message { slot: u64, tag: u64 },
+    /// The worker in `slot` (process `pid`) is gone, with nothing more to read.
+    Died { slot: u64, pid: u32 },
+}
+
+const STDERR_KEEP: usize = 4096;
+
+/// The end of what a worker wrote to its standard error (kept for messages).
+type StderrTail = Arc<Mutex<Vec<u8>>>;
+
+/// A worker process started but not yet connected.
+struct Starting {
+    slot: u64,
+    child: Child,
+    stderr: StderrTail,
+}
+
+struct Worker {
+    pid: u32,
+    /// Shared with the monitor thread, which reads it (one descriptor per worker).
+    socket: Arc<UnixStream>,
+    /// Set by the monitor once the process is reaped.
+    reaped: Arc<AtomicBool>,
+    monitor: Option<JoinHandle<()>>,
+    /// The end of what the worker wrote to its standard error.
+    stderr: StderrTail,
+    /// Its death was reported by receive_any.
+    death_reported: bool,
+}
+
+/// A running pool.
+pub struct Pool {
+    region: Arc<Region>,
+    listener: UnixListener,
+    address: String,
+    secret: [u8; SECRET_LEN],
+    launch: Launch,
+    workers: Vec<Option<Worker>>,
+    next_scan: u64,
+}
+
+impl Pool {
+    /// Starts `n` workers with rings of `capacity` bytes each way; fails (and
+    /// leaves no process) if any of them cannot be started.
+    pub fn start(n: u64, capacity: u64, launch: Launch) -> Result<Pool, PoolError> {
+        let setup = |e: std::io::Error| PoolError::Setup(e.to_string());
+        let region = Arc::new(Region::create(n, capacity).map_err(setup)?);
+        let random = os::random_bytes(SECRET_LEN + 8).map_err(|e| PoolError::Setup(e.to_string()))?;
+        let mut secret = [0u8; SECRET_LEN];
+        secret.copy_from_slice(&random[..SECRET_LEN]);
+        let address = format!("pageshare-pool-{}-{}", os::pid(), hex(&random[SECRET_LEN..]));
+        let listener = os::listen_abstract(&address).map_err(setup)?;
+        listener.set_nonblocking(true).map_err(setup)?;
+        let mut pool =
+            Pool { region, listener, address, secret, launch, workers: (0..n).map(|_| None).collect(), next_scan: 0 };
+        let all: Vec<u64> = (0..n).collect();
+        pool.start_workers(&all)?; // (on error, dropping `pool` stops whatever started)
+        Ok(pool)
+    }
+
+    pub fn size(&self) -> u64 {
+        self.workers.len() as u64
+    }
+
+    /// The process id of the worker in `slot` (0 when the slot is empty).
+    pub fn pid(&self, slot: u64) -> u32 {
+        self.workers[slot as usize].as_ref().map_or(0, |w| w.pid)
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Starts workers for the empty `slots` and waits until each has connected.
+    fn start_workers(&mut self, slots: &[u64]) -> Result<(), PoolError> {
+        let mut children: Vec<Starting> = Vec::new();
+        for &slot in slots {
+            self.region.tasks(slot).reset();
+            self.region.results(slot).reset();
+            let mut cmd = Command::new(&self.launch.program);
+            cmd.args(&self.launch.args)
+                .envs(self.launch.env.iter().map(|(k, v)| (k, v)))
+                .env(ENV_ADDRESS, &self.address)
+                .env(ENV_SECRET, hex(&self.secret))
+                .env(ENV_SLOT, slot.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                // (its own process group: a Ctrl-C at the master's terminal is the
+                // master's to handle, not every worker's)
+                .process_group(0);
+            match cmd.spawn() {
+                Ok(mut child) => {
+                    let tail = Arc::new(Mutex::new(Vec::new()));
+                    if let Some(err) = child.stderr.take() {
+                        keep_tail(err, Arc::clone(&tail));
+                    }
+                    children.push(Starting { slot, child, stderr: tail });
+                }
+                Err(e) => {
+                    abandon(children);
+                    return Err(PoolError::Start {
+                        slot,
+                        why: format!("cannot run {}: {e}", self.launch.program.display()),
+                        stderr: String::new(),
+                    });
+                }
+            }
+        }
+        let deadline = Instant::now() + self.launch.connect_timeout;
+        while !children.is_empty() {
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if let Some(i) = self.admit(&stream, &children) {
+                        let s = children.swap_remove(i);
+                        self.install(s.slot, s.child, stream, s.stderr);
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let slot = children[0].slot;
+                    abandon(children);
+                    return Err(PoolError::Start { slot, why: e.to_string(), stderr: String::new() });
+                }
+            }
+            if let Some(i) = children.iter_mut().position(|s| matches!(s.child.try_wait(), Ok(Some(_)))) {
+                let Starting { slot, mut child, stderr: tail } = children.swap_remove(i);
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                std::thread::sleep(Duration::from_millis(20)); // (let its last words reach the tail)
+                abandon(children);
+                return Err(PoolError::Start {
+                    slot,
+                    why: format!("it exited ({status}) before connecting"),
+                    stderr: tail_text(&tail),
+                });
+            }
+            if Instant::now() >= deadline {
+                let slot = children[0].slot;
+                let tail = Arc::clone(&children[0].stderr);
+                abandon(children);
+                return Err(PoolError::Start {
+                    slot,
+                    why: format!("it did not connect within {:?}", self.launch.connect_timeout),
+                    stderr: tail_text(&tail),
+                });
+            }
+            os::wait_for_connection(&self.listener, Duration::from_millis(5));
+        }
+        Ok(())
+    }
+
+    /// The index in `children` of the worker on `stream`, if it proves to be
+    /// one of them.
+    fn admit(&self, stream: &UnixStream, children: &[Starting]) -> Option<usize> {
+        stream.set_nonblocking(false).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let (pid, uid) = os::peer_credentials(stream).ok()?;
+        if uid != os::euid() {
+            return None;
+        }
+        let mut hello = [0u8; HELLO_LEN];
+        (&*stream).read_exact(&mut hello).ok()?;
+        let slot = check_hello(&hello, &self.secret)?;
+        let i = children.iter().position(|s| s.slot == slot && s.child.id() == pid)?;
+        os::send_with_descriptor(stream, b"ok", self.region.file()).ok()?;
+        stream.set_read_timeout(None).ok()?;
+        Some(i)
+    }
+
+    fn install(&mut self, slot: u64, mut child: Child, socket: UnixStream, stderr: StderrTail) {
+        let pid = child.id();
+        let reaped = Arc::new(AtomicBool::new(false));
+        let socket = Arc::new(socket);
+        let watched = Arc::clone(&socket);
+        let region = Arc::clone(&self.region);
+        let done = Arc::clone(&reaped);
+        let monitor = std::thread::Builder::new()
+            .name("pageshare-pool-monitor".into())
+            .spawn(move || {
+                let mut buf = [0u8; 64];
+                loop {
+                    match (&*watched).read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(_) => continue,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    }
+                }
+                region.tasks(slot).close();
+                region.results(slot).close();
+                let _ = child.wait();
+                done.store(true, Ordering::SeqCst);
+            })
+            .ok();
+        self.workers[slot as usize] = Some(Worker { pid, socket, reaped, monitor, stderr, death_reported: false });
+    }
+
+    /// Sends a message to the worker in `slot`.
+    pub fn send(
+        &self,
+        slot: u64,
+        tag: u64,
+        bytes: &[u8],
+        patience: Patience,
+        give_up: &mut dyn FnMut() -> Option<StopReason>,
+    ) -> Result<(), RingError> {
+        self.region.tasks(slot).send(tag, bytes, patience, give_up)
+    }
+
+    /// The next message from any worker, or the death of one (each death is
+    /// reported once, after the messages it sent before it died).
+    pub fn receive_any(
+        &mut self,
+        out: &mut Vec<u8>,
+        patience: Patience,
+        give_up: &mut dyn FnMut() -> Option<StopReason>,
+    ) -> Result<Received, RingError> {
+        let n = self.size();
+        loop {
+            for k in 0..n {
+                let slot = (self.next_scan + k) % n;
+                let ring = self.region.results(slot);
+                if ring.has_data() {
+                    self.next_scan = (slot + 1) % n;
+                    let tag = ring.receive(out, patience, give_up)?;
+                    return Ok(Received::Message { slot, tag });
+                }
+                if ring.is_closed() {
+                    if let Some(w) = self.workers[slot as usize].as_mut() {
+                        if !w.death_reported {
+                            w.death_reported = true;
+                            return Ok(Received::Died { slot, pid: w.pid });
+                        }
+                    }
+                }
+            }
+            let region = &self.region;
+            let workers = &self.workers;
+            let ready = || {
+                (0..n).any(|s| {
+                    let r = region.results(s);
+                    r.has_data() || (r.is_closed() && workers[s as usize].as_ref().is_some_and(|w| !w.death_reported))
+                })
+            };
+            if let Waited::Stopped(r) = wait_until(region.master_bell(), patience, ready, &mut *give_up) {
+                return Err(RingError::Stopped(r));
+            }
+        }
+    }
+
+    /// What the worker in `slot` last wrote to its standard error.
+    pub fn stderr_tail(&self, slot: u64) -> String {
+        self.workers[slot as usize].as_ref().map(|w| tail_text(&w.stderr)).unwrap_or_default()
+    }
+
+    /// Ends the worker in `slot` (if any) and starts a new one there.
+    /// Returns the tags of the messages the old worker had not begun (they
+    /// never ran: the caller may send them again).
+    pub fn replace(&mut self, slot: u64) -> Result<Vec<u64>, PoolError> {
+        if let Some(w) = self.workers[slot as usize].take() {
+            retire(vec![w]);
+        }
+        let unread = self.region.tasks(slot).unread_tags();
+        self.start_workers(&[slot])?;
+        Ok(unread)
+    }
+
+    /// Ends every worker: their sockets close (each worker ends itself when
+    /// its socket closes), and one that has not exited within a second is
+    /// killed. Returns when every worker has been reaped.
+    pub fn stop(&mut self) {
+        let workers: Vec<Worker> = self.workers.iter_mut().filter_map(Option::take).collect();
+        retire(workers);
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn retire(workers: Vec<Worker>) {
+    for w in &workers {
+        let _ = w.socket.shutdown(std::net::Shutdown::Both);
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while workers.iter().any(|w| !w.reaped.load(Ordering::SeqCst)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for w in &workers {
+        if !w.reaped.load(Ordering::SeqCst) {
+            // (not reaped yet, so the pid is still this worker's)
+            os::kill_process(w.pid);
+        }
+    }
+    for mut w in workers {
+        if let Some(m) = w.monitor.take() {
+            let _ = m.join();
+        }
+    }
+}
+
+/// Kills and reaps workers that never connected.
+fn abandon(children: Vec<Starting>) {
+    for mut s in children {
+        let _ = s.child.kill();
+        let _ = s.child.wait();
+    }
+}
+
+fn keep_tail(mut from: std::process::ChildStderr, tail: StderrTail) {
+    let _ = std::thread::Builder::new().name("pageshare-pool-stderr".into()).spawn(move || {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut t) = tail.lock() {
+                t.extend_from_slice(&buf[..n]);
+                let excess = t.len().saturating_sub(STDERR_KEEP);
+                t.drain(..excess);
+            }
+        }
+    });
+}
+
+fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
+    tail.lock().map(|t| String::from_utf8_lossy(&t).into_owned()).unwrap_or_default()
+}

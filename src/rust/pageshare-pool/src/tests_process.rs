@@ -1,0 +1,214 @@
+//! The pool with real worker processes: this test binary itself, started with
+//! the arguments that run only `worker_main` (an ignored test that does
+//! nothing unless a pool started it).
+
+use crate::handshake::{check_hello, hello};
+use crate::pool::{Launch, Pool, PoolError, Received};
+use crate::wait::{Patience, StopReason};
+use std::time::{Duration, Instant};
+
+const DIE: u64 = u64::MAX;
+const SLEEP: u64 = u64::MAX - 1;
+
+fn never() -> impl FnMut() -> Option<StopReason> {
+    || None
+}
+
+fn self_as(role: &str) -> Launch {
+    Launch {
+        program: std::env::current_exe().unwrap(),
+        args: ["--exact", role, "--ignored", "--nocapture", "--test-threads=1", "-q"].map(String::from).to_vec(),
+        env: vec![("PAGESHARE_POOL_TEST_ROLE".into(), role.into())],
+        connect_timeout: Duration::from_secs(30),
+    }
+}
+
+fn worker_launch() -> Launch {
+    self_as("tests_process::worker_main")
+}
+
+fn gone(pid: u32) -> bool {
+    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        || pageshare_core::os::process_state(pid).is_none_or(|s| s == 'Z' || s == 'X')
+}
+
+fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+/// The worker: echoes every message with its tag; DIE ends the process at
+/// once, SLEEP sleeps for a minute first.
+#[test]
+#[ignore]
+fn worker_main() {
+    if std::env::var("PAGESHARE_POOL_TEST_ROLE").is_err() {
+        return;
+    }
+    fn gone() -> ! {
+        pageshare_core::os::exit_now(0)
+    }
+    let conn = crate::worker::connect_from_env(gone).expect("connect");
+    let mut buf = Vec::new();
+    loop {
+        let tag = match conn.region.tasks(conn.slot).receive(&mut buf, Patience::default(), &mut never()) {
+            Ok(t) => t,
+            Err(_) => pageshare_core::os::exit_now(0),
+        };
+        match tag {
+            DIE => pageshare_core::os::exit_now(3),
+            SLEEP => std::thread::sleep(Duration::from_secs(60)),
+            _ => {}
+        }
+        conn.region.results(conn.slot).send(tag, &buf, Patience::default(), &mut never()).expect("reply");
+    }
+}
+
+/// A master that starts two workers, one of them in a long task, writes their
+/// pids to the file named by PAGESHARE_POOL_TEST_PIDS, and waits to be killed.
+#[test]
+#[ignore]
+fn master_main() {
+    let Ok(file) = std::env::var("PAGESHARE_POOL_TEST_PIDS") else { return };
+    let pool = Pool::start(2, 4096, worker_launch()).expect("start");
+    pool.send(0, SLEEP, b"", Patience::default(), &mut never()).unwrap();
+    std::fs::write(file.clone() + ".tmp", format!("{} {}", pool.pid(0), pool.pid(1))).unwrap();
+    std::fs::rename(file.clone() + ".tmp", &file).unwrap();
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+fn round_trip(pool: &mut Pool, slot: u64, tag: u64, body: &[u8]) -> Received {
+    pool.send(slot, tag, body, Patience::default(), &mut never()).unwrap();
+    let mut out = Vec::new();
+    let got = pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
+    if let Received::Message { .. } = got {
+        assert_eq!(out, body);
+    }
+    got
+}
+
+#[test]
+fn workers_answer_on_their_slots_and_are_gone_after_stop() {
+    let mut pool = Pool::start(3, 8192, worker_launch()).unwrap();
+    let pids: Vec<u32> = (0..3).map(|s| pool.pid(s)).collect();
+    assert!(pids.iter().all(|&p| p > 0 && !gone(p)));
+    for slot in 0..3 {
+        let body = vec![slot as u8; 20_000]; // (larger than the ring: streamed)
+        assert_eq!(round_trip(&mut pool, slot, 100 + slot, &body), Received::Message { slot, tag: 100 + slot });
+    }
+    pool.stop();
+    assert!(pids.iter().all(|&p| gone(p)), "every worker reaped by stop()");
+}
+
+#[test]
+fn a_worker_that_dies_mid_task_is_reported_and_replaced() {
+    let mut pool = Pool::start(2, 4096, worker_launch()).unwrap();
+    let old = pool.pid(0);
+    pool.send(0, DIE, b"", Patience::default(), &mut never()).unwrap();
+    pool.send(0, 77, b"never begun", Patience::default(), &mut never()).unwrap();
+    let mut out = Vec::new();
+    let got = pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
+    assert_eq!(got, Received::Died { slot: 0, pid: old });
+    assert_eq!(pool.replace(0).unwrap(), vec![77]);
+    let new = pool.pid(0);
+    assert!(new != old && new > 0);
+    assert_eq!(round_trip(&mut pool, 0, 5, b"after"), Received::Message { slot: 0, tag: 5 });
+    assert_eq!(round_trip(&mut pool, 1, 6, b"other"), Received::Message { slot: 1, tag: 6 });
+}
+
+#[test]
+fn a_worker_killed_from_outside_wakes_a_waiting_master() {
+    let mut pool = Pool::start(2, 4096, worker_launch()).unwrap();
+    let pid = pool.pid(1);
+    pool.send(1, SLEEP, b"", Patience::default(), &mut never()).unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        pageshare_core::os::kill_process(pid);
+    });
+    let mut out = Vec::new();
+    let got = pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
+    killer.join().unwrap();
+    assert_eq!(got, Received::Died { slot: 1, pid });
+    assert!(eventually(|| gone(pid)));
+}
+
+#[test]
+fn a_worker_that_cannot_start_is_an_error_with_its_last_words() {
+    let launch = Launch {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), "echo cannot load the package >&2; exit 3".into()],
+        env: vec![],
+        connect_timeout: Duration::from_secs(30),
+    };
+    match Pool::start(2, 4096, launch) {
+        Err(PoolError::Start { why, stderr, .. }) => {
+            assert!(why.contains("exited"), "{why}");
+            assert!(stderr.contains("cannot load the package"), "{stderr}");
+        }
+        other => panic!("expected a start error, got {:?}", other.map(|_| ())),
+    }
+    let missing = Launch { program: "/nonexistent/Rscript".into(), ..worker_launch() };
+    assert!(matches!(Pool::start(1, 4096, missing), Err(PoolError::Start { .. })));
+}
+
+#[test]
+fn only_the_pools_secret_opens_the_door() {
+    let secret = [7u8; 32];
+    assert_eq!(check_hello(&hello(4, &secret), &secret), Some(4));
+    let mut wrong = secret;
+    wrong[31] ^= 1;
+    assert_eq!(check_hello(&hello(4, &wrong), &secret), None);
+    assert_eq!(check_hello(&hello(4, &secret)[..40], &secret), None);
+    let mut bad_magic = hello(4, &secret);
+    bad_magic[0] = b'x';
+    assert_eq!(check_hello(&bad_magic, &secret), None);
+}
+
+#[test]
+fn workers_die_with_their_master_even_in_a_long_task() {
+    let dir = std::env::temp_dir().join(format!("pageshare-pool-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("pids");
+    let launch = self_as("tests_process::master_main");
+    let mut master = std::process::Command::new(&launch.program)
+        .args(&launch.args)
+        .env("PAGESHARE_POOL_TEST_PIDS", &file)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(|| file.exists()), "the master started its workers");
+    let pids: Vec<u32> = std::fs::read_to_string(&file).unwrap().split(' ').map(|p| p.parse().unwrap()).collect();
+    assert!(pids.iter().all(|&p| !gone(p)));
+    master.kill().unwrap();
+    master.wait().unwrap();
+    assert!(eventually(|| pids.iter().all(|&p| gone(p))), "workers {pids:?} outlived their master");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Round trips of an empty message to one worker (run by hand:
+/// cargo test --release -p pageshare-pool round_trip_timing -- --ignored --nocapture).
+#[test]
+#[ignore]
+fn round_trip_timing() {
+    let mut pool = Pool::start(1, 4096, worker_launch()).unwrap();
+    let mut out = Vec::new();
+    for gap_us in [0u64, 1, 2, 5, 10, 20, 40, 100] {
+        let mut times = Vec::new();
+        for i in 0..2000u64 {
+            let t = Instant::now();
+            pool.send(0, i, b"", Patience::default(), &mut never()).unwrap();
+            pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
+            times.push(t.elapsed());
+            let until = Instant::now() + Duration::from_micros(gap_us);
+            while Instant::now() < until {}
+        }
+        times.sort();
+        println!("gap {gap_us} us: median {:?}, p90 {:?}", times[1000], times[1800]);
+    }
+}

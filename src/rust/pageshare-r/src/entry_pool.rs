@@ -1,0 +1,373 @@
+#![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
+//! The `.Call` entry points of pageshare's worker pool (R/pool*.R): the
+//! master starts, feeds, hears from, replaces and stops its workers; a worker
+//! connects, takes tasks and replies. Bytes only: what a message means is
+//! R's business (serialized R objects). Each entry point is called by its C
+//! shell in src/entry_points.c and runs its body through [`entry`].
+//!
+//! Waits check for a user interrupt between parked slices: the wait ends in
+//! order and R raises the interrupt afterwards (see `pool_receive`).
+
+use crate::boundary::{entry, ErrorKind, RError};
+use crate::r_calls::{alloc_vector, as_integer, as_real, interrupted, raw_vec, scalar_integer, string_arg, Protect};
+use crate::r_sys::*;
+use pageshare_pool::pool::{Launch, Pool, Received};
+use pageshare_pool::ring::RingError;
+use pageshare_pool::rng::stream_after;
+use pageshare_pool::wait::{Patience, StopReason};
+use pageshare_pool::worker::{connect_from_env, Connection};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The master's pool, if one is running.
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+/// This process's connection to its master, if it is a worker.
+static WORKER: OnceLock<Connection> = OnceLock::new();
+/// Reused for every message received (no allocation per message).
+static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+/// The pool, locked. R is single-threaded, so the lock is only ever contended
+/// when R code that runs while we wait (an interrupt check may run event
+/// handlers) calls into the pool again: that is an error, never a deadlock.
+fn pool() -> Result<MutexGuard<'static, Option<Pool>>, RError> {
+    match POOL.try_lock() {
+        Ok(g) => Ok(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            Err(RError::argument("pageshare's worker pool is busy: it cannot be used from inside its own wait"))
+        }
+    }
+}
+
+fn buffer() -> MutexGuard<'static, Vec<u8>> {
+    BUFFER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits of the master end on an interrupt (checked after parked slices, and
+/// now and then while spinning) or at `deadline`.
+fn master_give_up(deadline: Option<Instant>) -> impl FnMut() -> Option<StopReason> {
+    move || {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            Some(StopReason::TimedOut)
+        } else if interrupted() {
+            Some(StopReason::Interrupted)
+        } else {
+            None
+        }
+    }
+}
+
+fn strings_arg(x: SEXP, what: &str) -> Result<Vec<String>, RError> {
+    // SAFETY: .Call argument on R's main thread.
+    if unsafe { TYPEOF(x) } != SEXPTYPE::STRSXP {
+        return Err(RError::argument(format!("`{what}` must be a character vector")));
+    }
+    // SAFETY: a character vector.
+    let n = unsafe { Rf_xlength(x) };
+    (0..n)
+        .map(|i| {
+            let one = crate::r_calls::string_elt(x, i)?;
+            // SAFETY: a CHARSXP from a character vector; translated to UTF-8 by R.
+            let c = unsafe { std::ffi::CStr::from_ptr(Rf_translateCharUTF8(one)) };
+            Ok(c.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
+    // SAFETY: .Call argument on R's main thread.
+    if unsafe { TYPEOF(x) } != SEXPTYPE::RAWSXP {
+        return Err(RError::argument(format!("`{what}` must be a raw vector")));
+    }
+    // SAFETY: a raw vector of XLENGTH bytes, alive (referenced by R) for the
+    // whole .Call; the slice does not outlive the entry point's body.
+    Ok(unsafe { std::slice::from_raw_parts(RAW(x), Rf_xlength(x) as usize) })
+}
+
+fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
+    let s = as_integer(x)?;
+    if s < 1 || s as u64 > size {
+        return Err(RError::argument(format!("worker slot {s} is not one of the pool's 1..{size}")));
+    }
+    Ok(s as u64 - 1)
+}
+
+fn no_pool() -> RError {
+    RError::argument("pageshare's worker pool is not running")
+}
+
+/// Starts a pool of `n` workers running `program args...` with the extra
+/// environment `env_names`=`env_values`; rings of `capacity` bytes; each
+/// worker must connect within `timeout` seconds. Stops a running pool first.
+/// Returns the workers' process ids.
+#[no_mangle]
+pub extern "C" fn ps_pool_start_rs(
+    n: SEXP,
+    program: SEXP,
+    args: SEXP,
+    env_names: SEXP,
+    env_values: SEXP,
+    capacity: SEXP,
+    timeout: SEXP,
+) -> SEXP {
+    entry(|| {
+        let n = as_integer(n)?;
+        if n < 1 {
+            return Err(RError::argument("a pool needs at least one worker"));
+        }
+        let names = strings_arg(env_names, "env_names")?;
+        let values = strings_arg(env_values, "env_values")?;
+        let capacity = as_real(capacity)?;
+        if !(capacity >= 4096.0 && capacity <= (1u64 << 40) as f64 && (capacity as u64).is_power_of_two()) {
+            return Err(RError::argument("the pool's ring capacity must be a power of two of at least 4096 bytes"));
+        }
+        let timeout = as_real(timeout)?;
+        let launch = Launch {
+            program: string_arg(program, "program")?.into(),
+            args: strings_arg(args, "args")?,
+            env: names.into_iter().zip(values).collect(),
+            connect_timeout: Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 60.0 }),
+        };
+        let mut guard = pool()?;
+        if let Some(mut old) = guard.take() {
+            old.stop();
+        }
+        let started = Pool::start(n as u64, capacity as u64, launch)
+            .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
+        *guard = Some(started);
+        pids(guard.as_ref().expect("just set"))
+    })
+}
+
+fn pids(pool: &Pool) -> Result<SEXP, RError> {
+    let out = alloc_vector(SEXPTYPE::INTSXP, pool.size() as R_xlen_t)?;
+    for s in 0..pool.size() {
+        // SAFETY: an integer vector of pool.size() elements.
+        unsafe { *INTEGER(out).add(s as usize) = pool.pid(s) as i32 };
+    }
+    Ok(out)
+}
+
+/// Stops the pool (every worker reaped). TRUE if one was running.
+#[no_mangle]
+pub extern "C" fn ps_pool_stop_rs() -> SEXP {
+    entry(|| {
+        let old = pool()?.take();
+        let was = old.is_some();
+        drop(old);
+        crate::r_calls::scalar_logical(was as i32)
+    })
+}
+
+/// The workers' process ids (integer(0) without a pool).
+#[no_mangle]
+pub extern "C" fn ps_pool_pids_rs() -> SEXP {
+    entry(|| match pool()?.as_ref() {
+        Some(p) => pids(p),
+        None => alloc_vector(SEXPTYPE::INTSXP, 0),
+    })
+}
+
+/// The bit of a message's tag that tells the worker its master holds every
+/// result it handed over before (see R/pool-worker.R).
+const RELEASE: u64 = 1 << 63;
+
+/// Sends `payload` with `tag` (and `release`, see [`RELEASE`]) to the worker
+/// in `slot` (1-based). Returns 0 when sent, 1 when that worker is gone, 2
+/// when the user interrupted.
+#[no_mangle]
+pub extern "C" fn ps_pool_send_rs(slot: SEXP, tag: SEXP, payload: SEXP, release: SEXP) -> SEXP {
+    entry(|| {
+        let guard = pool()?;
+        let p = guard.as_ref().ok_or_else(no_pool)?;
+        let slot = slot_arg(slot, p.size())?;
+        let tag = as_real(tag)? as u64 | if crate::args::flag_arg(release)? { RELEASE } else { 0 };
+        let bytes = raw_arg(payload, "payload")?;
+        let status = match p.send(slot, tag, bytes, Patience::default(), &mut master_give_up(None)) {
+            Ok(()) => 0,
+            Err(RingError::Stopped(StopReason::Closed)) => 1,
+            Err(RingError::Stopped(_)) => 2,
+            Err(RingError::Corrupt(why)) => {
+                return Err(RError::system(format!("the pool's task ring is damaged: {why}")))
+            }
+        };
+        scalar_integer(status)
+    })
+}
+
+/// The next event of the pool, waiting at most `timeout` seconds (NA: no
+/// limit): `list(0, slot, tag, payload)` a message, `list(1, slot, 0, pid)`
+/// a worker died, `list(2, ...)` the user interrupted, `list(3, ...)` time up.
+#[no_mangle]
+pub extern "C" fn ps_pool_receive_rs(timeout: SEXP) -> SEXP {
+    entry(|| {
+        let t = as_real(timeout)?;
+        let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
+        let mut guard = pool()?;
+        let p = guard.as_mut().ok_or_else(no_pool)?;
+        let mut buf = buffer();
+        let got = p.receive_any(&mut buf, Patience::default(), &mut master_give_up(deadline));
+        let mut scope = Protect::new();
+        let (code, slot, tag, last) = match got {
+            Ok(Received::Message { slot, tag }) => (0, slot as i32 + 1, tag as f64, scope.protect(raw_vec(&buf)?)?),
+            Ok(Received::Died { slot, pid }) => (1, slot as i32 + 1, 0.0, scope.protect(scalar_integer(pid as i32)?)?),
+            Err(RingError::Stopped(StopReason::Interrupted)) => (2, 0, 0.0, nil()),
+            Err(RingError::Stopped(_)) => (3, 0, 0.0, nil()),
+            Err(RingError::Corrupt(why)) => {
+                return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
+            }
+        };
+        event(&mut scope, code, slot, tag, last)
+    })
+}
+
+fn event(scope: &mut Protect, code: i32, slot: i32, tag: f64, last: SEXP) -> Result<SEXP, RError> {
+    let out = scope.alloc_vector(SEXPTYPE::VECSXP, 4)?;
+    let code = scope.protect(scalar_integer(code)?)?;
+    let slot = scope.protect(scalar_integer(slot)?)?;
+    let tag = scope.protect(crate::r_calls::scalar_real(tag)?)?;
+    // SAFETY: `out` is a protected list of 4; every element is protected.
+    unsafe {
+        SET_VECTOR_ELT(out, 0, code);
+        SET_VECTOR_ELT(out, 1, slot);
+        SET_VECTOR_ELT(out, 2, tag);
+        SET_VECTOR_ELT(out, 3, last);
+    }
+    Ok(out)
+}
+
+/// Ends the worker in `slot` (if alive) and starts a new one there; returns
+/// `list(pid, unread)`: the new worker's process id and the tags of the
+/// messages the old one never began.
+#[no_mangle]
+pub extern "C" fn ps_pool_replace_rs(slot: SEXP) -> SEXP {
+    entry(|| {
+        let mut guard = pool()?;
+        let p = guard.as_mut().ok_or_else(no_pool)?;
+        let slot = slot_arg(slot, p.size())?;
+        let unread = p.replace(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
+        let mut scope = Protect::new();
+        let out = scope.alloc_vector(SEXPTYPE::VECSXP, 2)?;
+        let pid = scope.protect(scalar_integer(p.pid(slot) as i32)?)?;
+        let tags = scope.alloc_vector(SEXPTYPE::REALSXP, unread.len() as R_xlen_t)?;
+        // SAFETY: `tags` is a protected double vector of unread.len() elements;
+        // `out` a protected list of 2.
+        unsafe {
+            for (i, t) in unread.iter().enumerate() {
+                *REAL(tags).add(i) = (t & !RELEASE) as f64;
+            }
+            SET_VECTOR_ELT(out, 0, pid);
+            SET_VECTOR_ELT(out, 1, tags);
+        }
+        Ok(out)
+    })
+}
+
+/// What the worker in `slot` last wrote to its standard error.
+#[no_mangle]
+pub extern "C" fn ps_pool_stderr_rs(slot: SEXP) -> SEXP {
+    entry(|| {
+        let guard = pool()?;
+        let p = guard.as_ref().ok_or_else(no_pool)?;
+        let slot = slot_arg(slot, p.size())?;
+        crate::r_calls::scalar_string(&p.stderr_tail(slot))
+    })
+}
+
+/// A worker: connect to the master named in the environment; returns the
+/// 1-based slot.
+#[no_mangle]
+pub extern "C" fn ps_pool_worker_connect_rs() -> SEXP {
+    entry(|| {
+        if WORKER.get().is_none() {
+            crate::watchdog::remember_session_tmpdir();
+            let c = connect_from_env(crate::watchdog::master_gone)
+                .map_err(|e| RError::new(ErrorKind::WorkerSetup, format!("cannot join pageshare's pool: {e}")))?;
+            let _ = WORKER.set(c);
+        }
+        scalar_integer(WORKER.get().expect("set above").slot as i32 + 1)
+    })
+}
+
+fn worker() -> Result<&'static Connection, RError> {
+    WORKER.get().ok_or_else(|| RError::argument("this process is not a worker of pageshare's pool"))
+}
+
+/// A worker: the next task as `list(tag, payload, release)`, waiting as long as it
+/// takes; NULL when the pool closed this worker's ring (the pool stopped).
+#[no_mangle]
+pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
+    entry(|| {
+        let c = worker()?;
+        let mut buf = buffer();
+        // (an idle worker parks in slices of a second: it has nothing else to check)
+        let patience = Patience { slice: Duration::from_secs(1), ..Patience::default() };
+        match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
+            Ok(tag) => {
+                let mut scope = Protect::new();
+                let out = scope.alloc_vector(SEXPTYPE::VECSXP, 3)?;
+                let t = scope.protect(crate::r_calls::scalar_real((tag & !RELEASE) as f64)?)?;
+                let payload = scope.protect(raw_vec(&buf)?)?;
+                let release = scope.protect(crate::r_calls::scalar_logical((tag & RELEASE != 0) as i32)?)?;
+                // SAFETY: `out` is a protected list of 3; every element protected.
+                unsafe {
+                    SET_VECTOR_ELT(out, 0, t);
+                    SET_VECTOR_ELT(out, 1, payload);
+                    SET_VECTOR_ELT(out, 2, release);
+                }
+                Ok(out)
+            }
+            Err(RingError::Stopped(_)) => Ok(nil()),
+            Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
+        }
+    })
+}
+
+/// A worker: sends `payload` with `tag` to the master. FALSE if the ring is
+/// closed (the pool is stopping).
+#[no_mangle]
+pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP) -> SEXP {
+    entry(|| {
+        let c = worker()?;
+        let tag = as_real(tag)? as u64;
+        let bytes = raw_arg(payload, "payload")?;
+        let sent = match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
+            Ok(()) => true,
+            Err(RingError::Stopped(_)) => false,
+            Err(RingError::Corrupt(why)) => {
+                return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
+            }
+        };
+        crate::r_calls::scalar_logical(sent as i32)
+    })
+}
+
+/// `.Random.seed` of the `n`-th L'Ecuyer-CMRG stream after `seed` (an
+/// L'Ecuyer-CMRG `.Random.seed`, 7 integers).
+#[no_mangle]
+pub extern "C" fn ps_rng_stream_rs(seed: SEXP, n: SEXP) -> SEXP {
+    entry(|| {
+        // SAFETY: .Call argument on R's main thread.
+        if unsafe { TYPEOF(seed) } != SEXPTYPE::INTSXP || unsafe { Rf_xlength(seed) } != 7 {
+            return Err(RError::argument("`seed` must be an L'Ecuyer-CMRG .Random.seed (7 integers)"));
+        }
+        let n = as_real(n)?;
+        if !(n >= 0.0 && n.fract() == 0.0 && n < 9.0e15) {
+            return Err(RError::argument("`n` must be a whole number >= 0"));
+        }
+        // SAFETY: an integer vector of 7 elements.
+        let s = unsafe { std::slice::from_raw_parts(INTEGER(seed), 7) };
+        let state: [u32; 6] = std::array::from_fn(|i| s[i + 1] as u32);
+        let next = stream_after(state, n as u64);
+        let out = alloc_vector(SEXPTYPE::INTSXP, 7)?;
+        // SAFETY: a new integer vector of 7 elements.
+        unsafe {
+            let p = INTEGER(out);
+            *p = s[0];
+            for (i, v) in next.iter().enumerate() {
+                *p.add(i + 1) = *v as i32;
+            }
+        }
+        Ok(out)
+    })
+}

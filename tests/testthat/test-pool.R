@@ -1,0 +1,231 @@
+# pageshare's own worker pool (R/pool*.R): tasks, maps, random numbers,
+# errors, dead workers, progress, and nothing left behind.
+
+pool_pids <- function() .Call(pageshare:::ps_pool_pids)
+`%||%` <- function(a, b) if (is.null(a)) b else a
+
+test_that("a task runs on a worker and its value comes back", {
+  on.exit(stop_workers(), add = TRUE)
+  pids <- start_workers(2)
+  expect_length(pids, 2L)
+  expect_false(Sys.getpid() %in% pids)
+  expect_identical(shm_value(shm_call(function(x, y) x + y, 1L, y = 2L)), 3L)
+  tasks <- lapply(1:6, function(i) shm_call(function(i) c(i, Sys.getpid()), i))
+  got <- lapply(tasks, shm_value)
+  expect_identical(vapply(got, `[`, 1, 1), as.numeric(1:6))
+  expect_setequal(unique(vapply(got, `[`, 1, 2)), pids)
+  expect_null(shm_value(shm_call(function() NULL)))
+  # a value already collected is returned again
+  t <- shm_call(function() "once")
+  expect_identical(shm_value(t), "once")
+  expect_identical(shm_value(t), "once")
+})
+
+test_that("large arguments reach the worker as views and large values come back as views", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  x <- runif(3e5)
+  expect_true(shm_value(shm_call(function(v) pageshare::is_shared(v), x)))
+  back <- shm_value(shm_call(function(n) as.numeric(seq_len(n)), 3e5))
+  expect_true(is_shared(back))
+  expect_identical(back, as.numeric(seq_len(3e5)))
+  expect_true(shared_info(back)$owned_here)
+})
+
+test_that("an error in a task keeps the original condition as parent", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  boom <- function() stop(structure(class = c("my_error", "error", "condition"),
+                                    list(message = "boom", call = quote(boom()))))
+  e <- tryCatch(shm_value(shm_call(boom)), error = function(e) e)
+  expect_s3_class(e, "pageshare_task_failed")
+  expect_s3_class(e, "pageshare_error")
+  expect_s3_class(e$parent, "my_error")
+  expect_match(conditionMessage(e), "boom")
+  expect_identical(shm_value(shm_call(function() "still here")), "still here")
+  expect_error(shm_value(42), class = "pageshare_bad_argument")
+})
+
+test_that("shm_map() is lapply() on the workers", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  expect_identical(shm_map(1:50, function(i) i * 2L), lapply(1:50, function(i) i * 2L))
+  x <- c(a = 1, b = 2, c = 3)
+  expect_identical(shm_map(x, function(v, k) v + k, k = 10), lapply(x, function(v, k) v + k, k = 10))
+  df <- data.frame(u = 1:3, v = c("x", "y", "z"))
+  expect_identical(shm_map(df, class), lapply(df, class))
+  expect_identical(shm_map(list(), identity), list())
+  expect_identical(shm_map(NULL, identity), list())
+  expect_identical(shm_map(1:5, function(i) NULL), vector("list", 5))
+  expect_identical(shm_map(1:3, "sqrt"), lapply(1:3, sqrt))
+  big <- matrix(runif(2e5), 1000)
+  cols <- shm_map(1:200, function(j, m) sum(m[, j]), m = big)
+  expect_equal(unlist(cols), colSums(big))
+  expect_error(shm_map(new.env(), identity), class = "pageshare_bad_argument")
+  expect_error(shm_map(1:3, identity, .seed = "a"), class = "pageshare_bad_argument")
+})
+
+test_that("shm_map() spreads expensive elements and batches cheap ones", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  who <- unlist(shm_map(1:4, function(i) { Sys.sleep(0.2); Sys.getpid() }))
+  expect_setequal(unique(who), pool_pids())
+  expect_identical(unlist(shm_map(1:3000, function(i) i)), 1:3000)
+})
+
+test_that("the same seed gives the same numbers with any number of workers", {
+  on.exit(stop_workers(), add = TRUE)
+  draw <- function(i) c(runif(1), rnorm(1))
+  runs <- lapply(c(1, 2, 3), function(n) {
+    start_workers(n)
+    shm_map(1:40, draw, .seed = 42)
+  })
+  expect_identical(runs[[1]], runs[[2]])
+  expect_identical(runs[[1]], runs[[3]])
+  # element i uses the i-th L'Ecuyer-CMRG stream after the seed
+  genv <- globalenv()
+  old <- get0(".Random.seed", envir = genv)
+  on.exit(if (is.null(old)) rm(".Random.seed", envir = genv) else assign(".Random.seed", old, envir = genv),
+          add = TRUE)
+  set.seed(42, kind = "L'Ecuyer-CMRG")
+  s <- .Random.seed
+  expected <- vector("list", 40)
+  for (i in 1:40) {
+    s <- parallel::nextRNGStream(s)
+    assign(".Random.seed", s, envir = genv)
+    expected[[i]] <- draw(i)
+  }
+  RNGkind("default", "default", "default")
+  expect_identical(runs[[1]], expected)
+  # TRUE draws the seed from the session's generator; the kind is left alone
+  set.seed(7)
+  a <- shm_map(1:5, draw, .seed = TRUE)
+  kind <- RNGkind()
+  set.seed(7)
+  b <- shm_map(1:5, draw, .seed = TRUE)
+  expect_identical(a, b)
+  expect_identical(kind[1], "Mersenne-Twister")
+})
+
+test_that("an error in shm_map() names the element and keeps the original", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  e <- tryCatch(shm_map(c(a = 1, b = 2, c = 3), function(v) if (v == 2) stop("two!") else v),
+                error = function(e) e)
+  expect_s3_class(e, "pageshare_task_failed")
+  expect_match(conditionMessage(e), 'element 2 ("b")', fixed = TRUE)
+  expect_identical(conditionMessage(e$parent), "two!")
+  expect_identical(shm_map(1:4, function(i) i), as.list(1:4))
+})
+
+test_that("a worker killed in a task is an error naming it, and is replaced", {
+  skip_on_cran()
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  before <- pool_pids()
+  e <- tryCatch(shm_value(shm_call(function() tools::pskill(Sys.getpid(), tools::SIGKILL))),
+                error = function(e) e)
+  expect_s3_class(e, "pageshare_worker_died")
+  dead <- setdiff(before, pool_pids())
+  expect_length(dead, 1L)
+  expect_match(conditionMessage(e), as.character(dead))
+  expect_length(pool_pids(), 2L)
+  expect_true(pids_gone(dead))
+  expect_identical(unlist(shm_map(1:100, function(i) i + 1L)), 2:101)
+  # in a map, too
+  e <- tryCatch(shm_map(1:20, function(i) if (i == 5) tools::pskill(Sys.getpid(), tools::SIGKILL) else i),
+                error = function(e) e)
+  expect_s3_class(e, "pageshare_worker_died")
+  expect_match(conditionMessage(e), "shm_map()", fixed = TRUE)
+  expect_identical(unlist(shm_map(1:10, identity)), 1:10)
+})
+
+test_that("a worker killed while idle is replaced before the next task", {
+  skip_on_cran()
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  victim <- pool_pids()[1]
+  tools::pskill(victim, tools::SIGKILL)
+  expect_true(pids_gone(victim))
+  expect_warning(got <- lapply(1:6, function(i) shm_value(shm_call(function(i) i, i))),
+                 sprintf("worker process %d .* died while it was idle", victim), class = "pageshare_worker_replaced")
+  expect_identical(got, as.list(1:6))
+  expect_false(victim %in% pool_pids())
+  expect_identical(unlist(shm_map(1:10, identity)), 1:10)
+})
+
+test_that("a worker killed in memApply(), memLapply() or foreach is reported and replaced", {
+  skip_on_cran()
+  skip_if_not_installed("foreach")
+  on.exit(stop_workers(), add = TRUE)
+  killer <- function(cond) if (cond) tools::pskill(Sys.getpid(), tools::SIGKILL)
+  M <- matrix(as.double(1:40), 4)
+  doors <- list(
+    memApply = function(k) unlist(memApply(M, 2, function(v, k) { k(v[1] == 21); sum(v) }, VARS = list(k = k))),
+    memLapply = function(k) unlist(memLapply(as.list(1:10), function(i, k) { k(i == 7); i }, VARS = list(k = k))),
+    foreach = function(k) {
+      registerDoShm(cores = 2)
+      foreach::foreach(i = 1:10, .combine = c) %dopar% { k(i == 7); i }
+    })
+  `%dopar%` <- foreach::`%dopar%`
+  start_workers(2)
+  for (door in names(doors)) {
+    before <- pool_pids()
+    e <- tryCatch(doors[[door]](killer), error = function(e) e)
+    expect_s3_class(e, "pageshare_worker_died")
+    dead <- setdiff(before, pool_pids())
+    expect_length(dead, 1L)
+    expect_match(conditionMessage(e), sprintf("worker process %d ", dead), fixed = TRUE, info = door)
+    expect_length(pool_pids(), 2L)
+    expect_true(pids_gone(dead), info = door)
+    expect_length(doors[[door]](function(cond) NULL), 10L)
+  }
+  foreach::registerDoSEQ()
+})
+
+test_that("progress arrives while a map runs", {
+  skip_if_not_installed("progressr")
+  on.exit(stop_workers(), add = TRUE)
+  old <- options(progressr.enable = TRUE)   # (progressr reports only in interactive sessions by default)
+  on.exit(options(old), add = TRUE)
+  start_workers(2)
+  steps <- 0
+  first <- NULL
+  got <- withCallingHandlers(
+    shm_map(1:20, function(i) { Sys.sleep(0.01); i }, .progress = TRUE),
+    progression = function(p) if (identical(p$type, "update")) {
+      first <<- first %||% p$amount
+      steps <<- steps + p$amount
+    })
+  expect_identical(got, as.list(1:20))
+  expect_equal(steps, 20)
+  # (the first update came with the first chunks, not with the whole map)
+  expect_lt(first, 20)
+})
+
+test_that("stopping the pool ends every worker", {
+  start_workers(3)
+  pids <- pool_pids()
+  expect_true(stop_workers())
+  expect_true(pids_gone(pids))
+  expect_length(pool_pids(), 0L)
+  expect_false(stop_workers())
+})
+
+test_that("workers end when their master is killed, also in a long task", {
+  skip_on_cran()
+  lines <- c("library(pageshare)", "start_workers(2)",
+             "t <- shm_call(function() Sys.sleep(600))",
+             "cat(.Call(pageshare:::ps_pool_pids), sep = '\\n', file = Sys.getenv('PIDS_FILE'))",
+             "Sys.sleep(600)")
+  script <- tempfile(fileext = ".R")
+  pids_file <- tempfile()
+  writeLines(lines, script)
+  master <- processx::process$new(file.path(R.home("bin"), "Rscript"), script,
+                                  env = c("current", PIDS_FILE = pids_file))
+  on.exit(master$kill(), add = TRUE)
+  pids <- as.integer(wait_for_lines(pids_file, 2))
+  expect_false(any(pageshare:::wait_processes_gone(pids, 0)))
+  master$kill()
+  expect_true(pids_gone(pids))
+})
