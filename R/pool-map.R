@@ -100,7 +100,11 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
     } else {
       if (map$next_i > n) return(NULL)
       from <- map$next_i
-      to <- from + map_chunk_size(n - from + 1, map$rate, length(slots)) - 1
+      left <- n - from + 1
+      # (once the rest is split evenly, every worker's share is the same size)
+      size <- map$even %||% map_chunk_size(left, map$rate, length(slots))
+      if (is.null(map$even) && map_split_evenly(left, map$rate, length(slots))) map$even <- size
+      to <- min(n, from + size - 1)
       map$next_i <- to + 1
     }
     msg <- list(op = "chunk", map = id, from = from, to = to, threshold = threshold, stage = if (first) stage)
@@ -113,7 +117,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
     }
     len <- info$to - info$from + 1
     job$out[seq.int(info$from, info$to)] <- reply_value(reply)
-    if (!is.null(reply$seconds)) map$rate <- reply$seconds / len
+    if (!is.null(reply$rate)) map$rate <- reply$rate
     if (!is.null(progress)) progress(amount = len)
   }, requeue = function(info) {
     map$redo[[length(map$redo) + 1L]] <- info
@@ -134,9 +138,12 @@ map_probe_elements <- 2
 
 map_chunk_size <- function(left, rate, workers) {
   if (is.na(rate)) return(max(1, min(map_probe_elements, ceiling(left / (2 * workers)))))
-  rate <- max(rate, 1e-7)
-  if (left * rate / workers <= map_chunk_seconds) return(ceiling(left / workers))
-  max(1, min(floor(map_chunk_seconds / rate), ceiling(left / (2 * workers))))
+  if (map_split_evenly(left, rate, workers)) return(ceiling(left / workers))
+  max(1, min(floor(map_chunk_seconds / max(rate, 1e-7)), ceiling(left / (2 * workers))))
+}
+
+map_split_evenly <- function(left, rate, workers) {
+  !is.na(rate) && left * max(rate, 1e-7) / workers <= map_chunk_seconds
 }
 
 element_label <- function(i, nms) {

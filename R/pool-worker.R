@@ -83,26 +83,24 @@ pool_worker_chunk <- function(msg, maps) {
   # One handler for the whole chunk (one per element would cost more than a
   # cheap element): the first error ends the chunk, and `i` names it.
   i <- from
-  started <- Sys.time()   # (microseconds; proc.time() counts milliseconds)
+  # The rate of FUN, timed with Sys.time() (microseconds; proc.time() counts
+  # milliseconds): in a worker's first chunk of a map, from its second
+  # element on (the first call of a closure compiles it).
+  timed_from <- if (!is.null(msg$stage) && to > from) from + 1 else from
+  started <- NULL
   failed <- tryCatch({
-    if (is.null(seed)) {
-      for (i in seq.int(from, to)) {
-        r <- run(X[[i]])
-        if (!is.null(r)) out[[i - from + 1]] <- r
-      }
-    } else {
-      genv <- globalenv()
-      for (i in seq.int(from, to)) {
-        assign(".Random.seed", .Call(ps_rng_stream, seed, i), envir = genv)
-        r <- run(X[[i]])
-        if (!is.null(r)) out[[i - from + 1]] <- r
-      }
+    genv <- globalenv()
+    for (i in seq.int(from, to)) {
+      if (i == timed_from) started <- Sys.time()
+      if (!is.null(seed)) assign(".Random.seed", .Call(ps_rng_stream, seed, i), envir = genv)
+      r <- run(X[[i]])
+      if (!is.null(r)) out[[i - from + 1]] <- r
     }
     NULL
   }, error = function(e) e)
-  seconds <- as.numeric(Sys.time()) - as.numeric(started)   # (the elements alone: the rate of FUN)
   if (!is.null(failed)) return(pool_error_reply(i, failed))
-  pool_ok_reply(worker_result(list(value = out, visible = TRUE), msg$threshold), seconds)
+  rate <- (as.numeric(Sys.time()) - as.numeric(started)) / (to - timed_from + 1)
+  pool_ok_reply(worker_result(list(value = out, visible = TRUE), msg$threshold), rate)
 }
 
 pool_worker_loop <- function(msg) {
@@ -119,8 +117,8 @@ pool_runner <- function(FUN, dots) {
   do.call(function(...) function(x) FUN(x, ...), dots)
 }
 
-pool_ok_reply <- function(value, seconds = NULL) {
-  serialize(list(status = "ok", value = value, seconds = seconds), NULL, xdr = FALSE)
+pool_ok_reply <- function(value, rate = NULL) {
+  serialize(list(status = "ok", value = value, rate = rate), NULL, xdr = FALSE)
 }
 
 pool_error_reply <- function(index, cond) {

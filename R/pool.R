@@ -139,6 +139,10 @@ pool_depth <- 2L
 # Bytes of each ring, each way: small messages inline; larger ones stream.
 pool_ring_bytes <- 262144
 
+# How long the master spins for a reply before it sleeps (a wake-up from
+# sleep costs tens of microseconds).
+pool_spin_microseconds <- 50
+
 # How long new workers may take to start R, load pageshare and connect: a
 # minute, and a second more per worker (a hundred workers start on a few
 # cores at once).
@@ -159,6 +163,7 @@ pool_start <- function(n) {
   pids <- .Call(ps_pool_start, n, rscript, args, "R_LIBS", libs, pool_ring_bytes,
                 pool_connect_seconds(n))
   shm_pool$pids <- pids
+  shm_pool$cores <- default_cores()
   shm_pool$generation <- (shm_pool$generation %||% 0) + 1
   shm_pool$inflight <- integer(n)
   shm_pool$queue <- new_fifo()
@@ -255,7 +260,10 @@ pool_send <- function(slot, tag, payload, what) {
 
 # Waits for the next event of the pool and handles it.
 pool_wait_event <- function(timeout = NA_real_) {
-  ev <- .Call(ps_pool_receive, timeout)
+  # The master spins for a reply only while a core is free for it: with as
+  # many busy workers as cores, its spinning would slow them down.
+  spin <- if (sum(shm_pool$inflight > 0L) < shm_pool$cores) pool_spin_microseconds else 0
+  ev <- .Call(ps_pool_receive, timeout, spin)
   switch(ev[[1L]] + 1L,
          pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
          pool_on_death(ev[[2L]], ev[[4L]]),

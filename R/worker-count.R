@@ -17,9 +17,14 @@ worker_count <- function(n = NULL, arg = "cores") {
 # `workers` default calls this with `pageshare:::`: future evaluates a plan's
 # formals outside this namespace.)
 default_worker_count <- function() {
+  as.integer(max(1L, min(default_cores(), parallelly::freeConnections() - 16L)))
+}
+
+# The cores this process may use (at least 1).
+default_cores <- function() {
   cores <- tryCatch(parallelly::availableCores(), error = function(e) parallel::detectCores())
   if (!is_number(cores)) cores <- 1L
-  as.integer(max(1L, min(cores, parallelly::freeConnections() - 16L)))
+  as.integer(max(1L, cores))
 }
 
 # The most workers this session can have: each takes one connection, and R

@@ -1,5 +1,7 @@
 # Run foreach's own testthat suite and doParallel's RUnit options tests against
-# pageshare's foreach backend, registerDoShm().
+# pageshare's foreach backend, registerDoShm(), both ways: on pageshare's own
+# pool (registerDoShm(cores = 2), the default) and on a PSOCK cluster
+# (registerDoShm(cl)).
 #
 # Usage:
 #   Rscript tools/run-foreach-suites.R [FOREACH_SRC_DIR] [DOPARALLEL_SRC_DIR_OR_INSTALLED]
@@ -34,10 +36,12 @@ failed <- FALSE
 summary_lines <- character()
 
 ## ---- foreach testthat suite ----
-# `doshm`: FALSE runs the suite as its authors do (doParallel on the setup
-# file's cluster), the baseline: expectations counted inside loops show
-# whether every loop gave all its results.
-run_foreach <- function(doshm = TRUE) {
+# `backend`: "pool" registers registerDoShm(cores = 2) (pageshare's own
+# pool), "cluster" registerDoShm(cl) on the setup file's cluster, "doParallel"
+# runs the suite as its authors do (doParallel on that cluster), the
+# baseline: expectations counted inside loops show whether every loop gave all
+# its results.
+run_foreach <- function(backend = "pool") {
   tdir <- file.path(foreach_src, "tests", "testthat")
   if (is.na(foreach_src) || !dir.exists(tdir)) {
     message("foreach suite skipped: no tests/testthat in foreach source dir ", foreach_src)
@@ -56,10 +60,10 @@ run_foreach <- function(doshm = TRUE) {
   file.copy(tdir, work, recursive = TRUE)
   tcopy <- file.path(work, "testthat")
   # Sorts after setup_cluster.R (which makes `cl` and registers doParallel):
-  # register pageshare's backend on the same cluster instead.
-  if (doshm) writeLines(c(
+  # register pageshare's backend instead.
+  if (backend != "doParallel") writeLines(c(
     sprintf("options(pageshare.threshold = %s)", format(threshold)),
-    "pageshare::registerDoShm(cl)",
+    if (backend == "pool") "pageshare::registerDoShm(cores = 2)" else "pageshare::registerDoShm(cl)",
     "stopifnot(foreach::getDoParName() == 'doShm')",
     "cat('backend:', foreach::getDoParName(), 'workers:', foreach::getDoParWorkers(), '\\n')"
   ), file.path(tcopy, "setup_zz_doshm.R"))
@@ -73,22 +77,27 @@ run_foreach <- function(doshm = TRUE) {
   counts
 }
 
-fe <- run_foreach()
-if (!is.null(fe)) {
-  base <- run_foreach(doshm = FALSE)
-  line <- sprintf("foreach testthat suite on registerDoShm (threshold %s): %s", format(threshold),
+base <- run_foreach("doParallel")
+for (backend in c("pool", "cluster")) {
+  fe <- run_foreach(backend)
+  if (is.null(fe)) next
+  line <- sprintf("foreach testthat suite on registerDoShm, %s (threshold %s): %s",
+                  if (backend == "pool") "pageshare's pool" else "a PSOCK cluster", format(threshold),
                   paste(names(fe), fe, sep = " ", collapse = ", "))
-  summary_lines <- c(summary_lines, line, sprintf("foreach testthat suite on doParallel: %s",
-                                                  paste(names(base), base, sep = " ", collapse = ", ")))
+  summary_lines <- c(summary_lines, line)
   if (fe[["failed"]] > 0 || fe[["errors"]] > 0) failed <- TRUE
   if (!identical(fe[["expectations"]], base[["expectations"]])) {
     summary_lines <- c(summary_lines, "  expectations differ from doParallel's: a loop gave other results")
     failed <- TRUE
   }
 }
+if (!is.null(base)) {
+  summary_lines <- c(summary_lines, sprintf("foreach testthat suite on doParallel: %s",
+                                            paste(names(base), base, sep = " ", collapse = ", ")))
+}
 
 ## ---- doParallel RUnit options.R ----
-run_doparallel <- function() {
+run_doparallel <- function(backend = "pool") {
   file <- if (!is.na(doparallel_src)) file.path(doparallel_src, "inst", "unitTests", "options.R") else ""
   if (!file.exists(file)) file <- system.file("unitTests", "options.R", package = "doParallel")
   if (!nzchar(file) || !file.exists(file)) {
@@ -108,9 +117,13 @@ run_doparallel <- function() {
   })
   old <- options(pageshare.threshold = threshold)
   on.exit(options(old), add = TRUE)
-  cl <- parallel::makePSOCKcluster(2)
-  on.exit(parallel::stopCluster(cl), add = TRUE)
-  registerDoShm(cl)
+  if (backend == "pool") {
+    registerDoShm(cores = 2)
+  } else {
+    cl <- parallel::makePSOCKcluster(2)
+    on.exit(parallel::stopCluster(cl), add = TRUE)
+    registerDoShm(cl)
+  }
   stopifnot(getDoParName() == "doShm")
   rng <- RNGkind()
   on.exit(do.call(RNGkind, as.list(rng)), add = TRUE)
@@ -120,11 +133,13 @@ run_doparallel <- function() {
   c(functions = e$nTestFunc, failures = e$nFail, errors = e$nErr, deactivated = e$nDeactivated)
 }
 
-dp <- run_doparallel()
-if (!is.null(dp)) {
+for (backend in c("pool", "cluster")) {
+  dp <- run_doparallel(backend)
+  if (is.null(dp)) next
   ok <- dp[["functions"]] - dp[["failures"]] - dp[["errors"]]
   summary_lines <- c(summary_lines, sprintf(
-    "doParallel RUnit options.R on registerDoShm (threshold %s): %d/%d test functions pass (%s)",
+    "doParallel RUnit options.R on registerDoShm, %s (threshold %s): %d/%d test functions pass (%s)",
+    if (backend == "pool") "pageshare's pool" else "a PSOCK cluster",
     format(threshold), ok, dp[["functions"]], paste(names(dp), dp, sep = " ", collapse = ", ")))
   if (dp[["failures"]] > 0 || dp[["errors"]] > 0) failed <- TRUE
 }

@@ -148,7 +148,8 @@ if ("colapply" %in% sections) {
     `pool: memApply()` = function() ms(memApply(X, 2, f, VARS = list(y = y))),
     `pool: foreach, one task per column` = function() {
       registerDoShm(cores = 2)
-      ms(foreach::foreach(j = seq_len(cols), .options.shm = list(chunk.size = 1)) %dopar% f(X[, j], y))
+      ms(foreach::foreach(j = seq_len(cols), .export = c("f", "X", "y"), .options.shm = list(chunk.size = 1)) %dopar%
+           f(X[, j], y))
     },
     `shm_multisession: future_sapply()` = function() ms(future.apply::future_sapply(seq_len(cols), function(j) f(X[, j], y))),
     serial = serial)

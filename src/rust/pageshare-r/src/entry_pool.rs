@@ -196,17 +196,23 @@ pub extern "C" fn ps_pool_send_rs(slot: SEXP, tag: SEXP, payload: SEXP, release:
 }
 
 /// The next event of the pool, waiting at most `timeout` seconds (NA: no
-/// limit): `list(0, slot, tag, payload)` a message, `list(1, slot, 0, pid)`
-/// a worker died, `list(2, ...)` the user interrupted, `list(3, ...)` time up.
+/// limit), spinning for up to `spin` microseconds before it sleeps:
+/// `list(0, slot, tag, payload)` a message, `list(1, slot, 0, pid)` a worker
+/// died, `list(2, ...)` the user interrupted, `list(3, ...)` time up.
 #[no_mangle]
-pub extern "C" fn ps_pool_receive_rs(timeout: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
     entry(|| {
         let t = as_real(timeout)?;
+        let spin = as_real(spin)?;
+        let patience = Patience {
+            spin: Duration::from_micros(if spin.is_finite() && spin > 0.0 { spin.min(1e6) as u64 } else { 0 }),
+            ..Patience::default()
+        };
         let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
         let mut guard = pool()?;
         let p = guard.as_mut().ok_or_else(no_pool)?;
         let mut buf = buffer();
-        let got = p.receive_any(&mut buf, Patience::default(), &mut master_give_up(deadline));
+        let got = p.receive_any(&mut buf, patience, &mut master_give_up(deadline));
         let mut scope = Protect::new();
         let (code, slot, tag, last) = match got {
             Ok(Received::Message { slot, tag }) => (0, slot as i32 + 1, tag as f64, scope.protect(raw_vec(&buf)?)?),
