@@ -9,7 +9,9 @@
 //! order and R raises the interrupt afterwards (see `pool_receive`).
 
 use crate::boundary::{entry, ErrorKind, RError};
-use crate::r_calls::{alloc_vector, as_integer, as_real, interrupted, raw_vec, scalar_integer, string_arg, Protect};
+use crate::r_calls::{
+    alloc_vector, as_integer, as_real, interrupted, list_of, raw_vec, scalar_integer, string_arg, Protect,
+};
 use crate::r_sys::*;
 use pageshare_pool::pool::{Launch, Pool, Received};
 use pageshare_pool::ring::RingError;
@@ -228,18 +230,10 @@ pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
 }
 
 fn event(scope: &mut Protect, code: i32, slot: i32, tag: f64, last: SEXP) -> Result<SEXP, RError> {
-    let out = scope.alloc_vector(SEXPTYPE::VECSXP, 4)?;
     let code = scope.protect(scalar_integer(code)?)?;
     let slot = scope.protect(scalar_integer(slot)?)?;
     let tag = scope.protect(crate::r_calls::scalar_real(tag)?)?;
-    // SAFETY: `out` is a protected list of 4; every element is protected.
-    unsafe {
-        SET_VECTOR_ELT(out, 0, code);
-        SET_VECTOR_ELT(out, 1, slot);
-        SET_VECTOR_ELT(out, 2, tag);
-        SET_VECTOR_ELT(out, 3, last);
-    }
-    Ok(out)
+    list_of(&[code, slot, tag, last])
 }
 
 /// Ends the worker in `slot` (if alive) and starts a new one there; returns
@@ -253,19 +247,13 @@ pub extern "C" fn ps_pool_replace_rs(slot: SEXP) -> SEXP {
         let slot = slot_arg(slot, p.size())?;
         let unread = p.replace(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
         let mut scope = Protect::new();
-        let out = scope.alloc_vector(SEXPTYPE::VECSXP, 2)?;
         let pid = scope.protect(scalar_integer(p.pid(slot) as i32)?)?;
         let tags = scope.alloc_vector(SEXPTYPE::REALSXP, unread.len() as R_xlen_t)?;
-        // SAFETY: `tags` is a protected double vector of unread.len() elements;
-        // `out` a protected list of 2.
-        unsafe {
-            for (i, t) in unread.iter().enumerate() {
-                *REAL(tags).add(i) = (t & !RELEASE) as f64;
-            }
-            SET_VECTOR_ELT(out, 0, pid);
-            SET_VECTOR_ELT(out, 1, tags);
+        for (i, t) in unread.iter().enumerate() {
+            // SAFETY: `tags` is a double vector of unread.len() elements.
+            unsafe { *REAL(tags).add(i) = (t & !RELEASE) as f64 };
         }
-        Ok(out)
+        list_of(&[pid, tags])
     })
 }
 
@@ -311,17 +299,10 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
         match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
             Ok(tag) => {
                 let mut scope = Protect::new();
-                let out = scope.alloc_vector(SEXPTYPE::VECSXP, 3)?;
                 let t = scope.protect(crate::r_calls::scalar_real((tag & !RELEASE) as f64)?)?;
                 let payload = scope.protect(raw_vec(&buf)?)?;
                 let release = scope.protect(crate::r_calls::scalar_logical((tag & RELEASE != 0) as i32)?)?;
-                // SAFETY: `out` is a protected list of 3; every element protected.
-                unsafe {
-                    SET_VECTOR_ELT(out, 0, t);
-                    SET_VECTOR_ELT(out, 1, payload);
-                    SET_VECTOR_ELT(out, 2, release);
-                }
-                Ok(out)
+                list_of(&[t, payload, release])
             }
             Err(RingError::Stopped(_)) => Ok(nil()),
             Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),

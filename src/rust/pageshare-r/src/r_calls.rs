@@ -232,6 +232,17 @@ pub fn raw_vec(b: &[u8]) -> Result<SEXP, RError> {
     Ok(out)
 }
 
+/// An unnamed list of `items`; they must be protected by the caller.
+pub fn list_of(items: &[SEXP]) -> Result<SEXP, RError> {
+    let out = alloc_vector(SEXPTYPE::VECSXP, items.len() as R_xlen_t)?;
+    for (i, v) in items.iter().enumerate() {
+        // SAFETY: a new list of items.len() elements; setting an element
+        // allocates nothing, so `out` needs no protection meanwhile.
+        unsafe { SET_VECTOR_ELT(out, i as R_xlen_t, *v) };
+    }
+    Ok(out)
+}
+
 /// A named list of `(name, value)` pairs; the values must be protected by the caller.
 pub fn named_list(items: &[(&str, SEXP)]) -> Result<SEXP, RError> {
     let mut scope = Protect::new();

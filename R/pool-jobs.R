@@ -1,0 +1,95 @@
+# Jobs: work items spread over the workers of pageshare's pool.
+#
+# A job (shm_map(), memApply(), a foreach loop) is an environment with
+#   $next_item(slot, first)  the next message for the worker in `slot` as
+#                            list(payload, info), or NULL when nothing is
+#                            left; `first`: this worker has not had one of
+#                            this job's messages yet (send it the job's stage);
+#   $on_reply(info, reply)   takes the reply to the item described by `info`;
+#   $requeue(info)           the item `info` must be sent again (its worker
+#                            died before it began it);
+#   $slots                   the slots it may use.
+# pool_drive() keeps every usable worker busy (up to pool_depth items each)
+# until every item has replied or one failed; $failure is then the first
+# failure (list(kind = "died", pid, info) or set by on_reply).
+
+new_job <- function(next_item, on_reply, requeue, slots = seq_along(shm_pool$pids)) {
+  job <- new.env(parent = emptyenv())
+  job$next_item <- next_item
+  job$on_reply <- on_reply
+  job$requeue <- requeue
+  job$slots <- slots
+  job$outstanding <- 0L
+  job$failure <- NULL
+  job$seen <- integer()   # pids that have had a message of this job
+  job
+}
+
+pool_drive <- function(job) {
+  repeat {
+    if (is.null(job$failure)) job_fill(job)
+    if (job$outstanding == 0L || !is.null(job$failure)) break
+    pool_wait_event()
+  }
+  # Items that other workers still run finish in the background: their
+  # replies are dropped (the job, held by their pending entries, keeps what
+  # they read alive until then).
+  invisible(job)
+}
+
+job_fill <- function(job) {
+  repeat {
+    slots <- job$slots
+    free <- slots[shm_pool$inflight[slots] < pool_depth]
+    if (!length(free)) return(invisible())
+    slot <- free[which.min(shm_pool$inflight[free])]
+    pid <- shm_pool$pids[slot]
+    item <- job$next_item(slot, !pid %in% job$seen)
+    if (is.null(item)) return(invisible())
+    job$seen <- c(job$seen, pid)
+    job$outstanding <- job$outstanding + 1L
+    pool_send(slot, pool_next_tag(), item$payload, list(kind = "job", job = job, info = item$info))
+  }
+}
+
+job_reply <- function(job, info, reply) {
+  job$outstanding <- job$outstanding - 1L
+  if (!is.null(job$failure)) return(invisible())
+  if (identical(reply$status, "died")) {
+    job$failure <- list(kind = "died", pid = reply$pid, info = info)
+    return(invisible())
+  }
+  job$on_reply(info, reply)
+}
+
+job_requeue <- function(job, info) {
+  job$outstanding <- job$outstanding - 1L
+  if (is.null(job$failure)) job$requeue(info)
+}
+
+# A reply's value, with the segments of large results the worker handed over
+# taken over by this process.
+reply_value <- function(reply) {
+  value <- reply$value
+  if (inherits(value, "pageshare_result")) {
+    adopt_views(value$value, value$pid)
+    value <- value$value
+  }
+  value
+}
+
+# FUN(...) on every worker of the pool (one call each, in slot order): the
+# list of their values. For checks of the workers' state.
+pool_call_each <- function(FUN, ...) {
+  pool_ensure()
+  msg <- serialize(list(op = "call", FUN = FUN, args = list(...), threshold = Inf), NULL, xdr = FALSE)
+  tasks <- lapply(seq_along(shm_pool$pids), function(slot) {
+    task <- new.env(parent = emptyenv())
+    class(task) <- "pageshare_task"
+    task$tag <- pool_next_tag()
+    task$generation <- shm_pool$generation
+    pool_send(slot, task$tag, msg, list(kind = "call", task = task))
+    task
+  })
+  lapply(tasks, shm_value)
+}

@@ -1,0 +1,253 @@
+# The master's side of pageshare's pool (R/pool.R): its state, starting and
+# stopping it, sending messages and handling what comes back (replies, dead
+# workers, interrupts). The transport itself is Rust (src/rust/pageshare-pool,
+# entry points in src/rust/pageshare-r/src/entry_pool.rs).
+
+# shm_pool holds the master's view of the pool: $pids (one per slot),
+# $generation (a new one per start: tasks of an earlier pool are lost),
+# $inflight (tasks sent per slot), $queue (messages not yet sent: at most
+# `pool_depth` tasks wait in a worker's ring, so that a worker blocked on a
+# full result ring can never block the master on a full task ring),
+# $pending (per slot, what to do with the replies to come, in the order the
+# messages were sent: a worker answers them in that order), $next_tag.
+
+shm_pool <- new.env(parent = emptyenv())
+
+# How many tasks may wait for one worker at a time (one running, one ready).
+pool_depth <- 2L
+
+# Bytes of each ring, each way: small messages inline; larger ones stream.
+pool_ring_bytes <- 262144
+
+# How long the master spins for a reply before it sleeps (a wake-up from
+# sleep costs tens of microseconds).
+pool_spin_microseconds <- 50
+
+# How long new workers may take to start R, load pageshare and connect: a
+# minute, and a second more per worker (a hundred workers start on a few
+# cores at once).
+pool_connect_seconds <- function(n) 60 + n
+
+pool_worker_count <- function(n, arg) {
+  if (is.null(n)) n <- pageshare_option("pageshare.workers")
+  if (is.null(n)) return(default_worker_count())
+  if (!is_whole_count(n) || n > 4096) pageshare_stop("pool_size", arg, describe_value(n))
+  as.integer(n)
+}
+
+pool_start <- function(n) {
+  pool_stop()
+  rscript <- file.path(R.home("bin"), "Rscript")
+  args <- worker_heap_args(c("--no-echo", "--no-restore", "-e", "pageshare:::pool_worker_main()"))
+  libs <- paste(.libPaths(), collapse = .Platform$path.sep)
+  pids <- .Call(ps_pool_start, n, rscript, args, "R_LIBS", libs, pool_ring_bytes,
+                pool_connect_seconds(n))
+  shm_pool$pids <- pids
+  shm_pool$cores <- default_cores()
+  shm_pool$generation <- (shm_pool$generation %||% 0) + 1
+  shm_pool$inflight <- integer(n)
+  shm_pool$queue <- new_fifo()
+  shm_pool$pending <- lapply(seq_len(n), function(i) new_fifo())
+  shm_pool$next_tag <- shm_pool$next_tag %||% 0
+  invisible(pids)
+}
+
+pool_stop <- function() {
+  was <- .Call(ps_pool_stop)
+  shm_pool$pids <- NULL
+  shm_pool$generation <- (shm_pool$generation %||% 0) + 1
+  shm_pool$pending <- NULL
+  shm_pool$queue <- new_fifo()
+  invisible(was)
+}
+
+# The first `n` slots of the pool, started (or restarted larger) as needed.
+pool_slots <- function(n) {
+  if (length(shm_pool$pids) < n) pool_start(n)
+  seq_len(n)
+}
+
+# Do the front doors without a cluster of the user's run on this pool?
+# Option pageshare.pool = "psock" selects the PSOCK pool instead (the path
+# before this pool, kept for comparison).
+use_own_pool <- function() !identical(pageshare_option("pageshare.pool"), "psock")
+
+pool_ensure <- function() {
+  if (is.null(shm_pool$pids)) pool_start(pool_worker_count(NULL, "pageshare.workers"))
+  invisible()
+}
+
+pool_next_tag <- function() {
+  shm_pool$next_tag <- shm_pool$next_tag + 1
+  shm_pool$next_tag
+}
+
+# Sends a message now if a worker has room, else queues it. `what` says what
+# to do with the reply: list(kind = "call", task) or list(kind = "job", job,
+# info) (see pool_drive()).
+pool_submit <- function(tag, payload, what, slot = NULL) {
+  what$generation <- shm_pool$generation
+  if (!is.null(what$task)) what$task$generation <- shm_pool$generation
+  if (is.null(slot)) {
+    free <- which(shm_pool$inflight < pool_depth)
+    if (!length(free)) {
+      shm_pool$queue$push(list(tag = tag, payload = payload, what = what))
+      return(invisible(FALSE))
+    }
+    slot <- free[which.min(shm_pool$inflight[free])]
+  }
+  pool_send(slot, tag, payload, what)
+  invisible(TRUE)
+}
+
+pool_send <- function(slot, tag, payload, what) {
+  for (attempt in 1:2) {
+    # (nothing of this worker's is still on its way: it may let go of what it handed over)
+    release <- shm_pool$inflight[slot] == 0L
+    status <- .Call(ps_pool_send, slot, tag, payload, release)
+    if (status == 0L) {
+      what$tag <- tag
+      # (a task a dead worker never began is sent again: see pool_on_death())
+      if (identical(what$kind, "call")) what$payload <- payload
+      shm_pool$pending[[slot]]$push(what)
+      shm_pool$inflight[slot] <- shm_pool$inflight[slot] + 1L
+      return(invisible())
+    }
+    if (status == 2L) pool_interrupted()
+    # The worker is gone (it died while idle, or with tasks the next events
+    # would report): its tasks fail, a new worker takes the slot, and this
+    # message goes to the new one.
+    pool_on_death(slot, shm_pool$pids[slot])
+  }
+  pageshare_stop("pool_worker_died", shm_pool$pids[slot], sprintf("task %.0f", tag), "a worker just started")
+}
+
+# Waits for the next event of the pool and handles it.
+pool_wait_event <- function(timeout = NA_real_) {
+  # The master spins for a reply only while a core is free for it: with as
+  # many busy workers as cores, its spinning would slow them down.
+  spin <- if (sum(shm_pool$inflight > 0L) < shm_pool$cores) pool_spin_microseconds else 0
+  ev <- .Call(ps_pool_receive, timeout, spin)
+  switch(ev[[1L]] + 1L,
+         pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
+         pool_on_death(ev[[2L]], ev[[4L]]),
+         pool_interrupted(),
+         NULL)
+  invisible(ev[[1L]])
+}
+
+pool_on_reply <- function(slot, tag, payload) {
+  what <- shm_pool$pending[[slot]]$pop()
+  if (!identical(what$tag, tag)) pageshare_stop("pool_out_of_step", slot, format(tag), format(what$tag))
+  shm_pool$inflight[slot] <- shm_pool$inflight[slot] - 1L
+  reply <- unserialize(payload)
+  if (identical(what$kind, "call")) {
+    what$task$reply <- reply
+  } else {
+    job_reply(what$job, what$info, reply)
+  }
+  pool_dispatch_queue()
+}
+
+# A worker died: a new worker takes its slot; the messages it never began go
+# out again, and the tasks it was running fail naming its pid. One that died
+# running nothing (killed while idle, or by the out-of-memory killer) is named
+# in a warning.
+pool_on_death <- function(slot, pid) {
+  force(pid)   # (the caller may pass shm_pool$pids[slot], replaced below)
+  replaced <- .Call(ps_pool_replace, slot)
+  shm_pool$pids[slot] <- replaced[[1L]]
+  unread <- replaced[[2L]]
+  shm_pool$inflight[slot] <- 0L
+  begun <- FALSE
+  again <- list()
+  for (what in shm_pool$pending[[slot]]$drain()) {
+    if (what$tag %in% unread) {
+      if (identical(what$kind, "call")) {
+        again[[length(again) + 1L]] <- list(tag = what$tag, payload = what$payload, what = what)
+      } else {
+        job_requeue(what$job, what$info)
+      }
+      next
+    }
+    begun <- TRUE
+    reply <- list(status = "died", pid = pid)
+    if (identical(what$kind, "call")) what$task$reply <- reply
+    else job_reply(what$job, what$info, reply)
+  }
+  for (q in rev(again)) shm_pool$queue$push(q, front = TRUE)
+  if (!begun) pageshare_warn("pool_worker_replaced", pid)
+  pool_dispatch_queue()
+}
+
+pool_dispatch_queue <- function() {
+  while (shm_pool$queue$size() && any(shm_pool$inflight < pool_depth)) {
+    q <- shm_pool$queue$pop()
+    free <- which(shm_pool$inflight < pool_depth)
+    pool_send(free[which.min(shm_pool$inflight[free])], q$tag, q$payload, q$what)
+  }
+}
+
+# The user interrupted a wait: the workers' tasks are abandoned (the pool is
+# restarted, so no late reply can be mistaken for a later task's), then R's
+# interrupt is raised as Ctrl-C raises it.
+pool_interrupted <- function() {
+  n <- length(shm_pool$pids)
+  pool_stop()
+  if (n) tryCatch(pool_start(n), error = function(e) NULL)
+  signalCondition(structure(class = c("interrupt", "condition"), list(message = "", call = NULL)))
+  invokeRestart("abort")
+}
+
+pool_task_failed <- function(what, cond) {
+  msg <- sprintf(pageshare_messages$pool_task_failed, what, conditionMessage(cond))
+  stop(structure(class = c("pageshare_task_failed", "pageshare_error", "error", "condition"),
+                 list(message = msg, call = NULL, parent = cond)))
+}
+
+# A first-in first-out queue: list(push, pop, size, drain). Push and pop
+# take constant time: the items live in the function's own frame, changed in
+# place by `<<-` (a list held in an environment is copied by every change of
+# one of its elements, and rm() of a binding takes microseconds).
+new_fifo <- function() {
+  items <- vector("list", 8L)
+  head <- 1L   # the next to pop
+  tail <- 0L   # the last pushed
+  compact <- function() {
+    live <- if (tail >= head) items[head:tail] else list()
+    items <<- c(live, vector("list", max(8L, length(live))))
+    tail <<- length(live)
+    head <<- 1L
+  }
+  list(
+    push = function(x, front = FALSE) {
+      if (front) {
+        if (head == 1L) {
+          items <<- c(list(NULL), items)
+          tail <<- tail + 1L
+        } else {
+          head <<- head - 1L
+        }
+        items[head] <<- list(x)
+      } else {
+        if (tail == length(items)) compact()
+        tail <<- tail + 1L
+        items[tail] <<- list(x)
+      }
+      invisible()
+    },
+    pop = function() {
+      x <- items[[head]]
+      items[head] <<- list(NULL)
+      head <<- head + 1L
+      x
+    },
+    size = function() tail - head + 1L,
+    drain = function() {
+      out <- if (tail >= head) items[head:tail] else list()
+      items <<- vector("list", 8L)
+      head <<- 1L
+      tail <<- 0L
+      out
+    })
+}
