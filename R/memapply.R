@@ -202,7 +202,8 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
 mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
   if (is.null(MAX.CORES)) pool_ensure()
   slots <- pool_slots(min(n, MAX.CORES %||% length(shm_pool$pids)))
-  job <- pool_map(seq_len(n), mem_element, list(X = X, mode = mode, FUN = FUN, VARS = VARS), slots = slots)
+  element <- switch(mode, mem_row, mem_column, mem_element)
+  job <- pool_map(seq_len(n), element, c(list(.X = X, .FUN = FUN), VARS), slots = slots)
   f <- job$failure
   if (identical(f$kind, "died")) {
     pageshare_stop("pool_worker_died", f$pid,
@@ -220,11 +221,11 @@ mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
   out
 }
 
-# Runs on a worker: FUN on row, column or element i of X.
-mem_element <- function(i, X, mode, FUN, VARS) {
-  v <- switch(mode, X[i, ], X[, i], X[[i]])
-  if (length(VARS)) do.call(FUN, c(list(v), VARS)) else FUN(v)
-}
+# Run on a worker: FUN on row, column or element i of X, with VARS as the
+# further arguments (bound once per call, see pool_runner()).
+mem_row <- function(i, .X, .FUN, ...) .FUN(.X[i, ], ...)
+mem_column <- function(i, .X, .FUN, ...) .FUN(.X[, i], ...)
+mem_element <- function(i, .X, .FUN, ...) .FUN(.X[[i]], ...)
 
 # Runs on a worker: FUN over its chunk. Returns a list of results, or a
 # pageshare_task_error naming the first failing index. Assigns nothing global.

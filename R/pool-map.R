@@ -133,7 +133,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
 # what is left, so that the workers finish together; once what is left would
 # take each worker less than one chunk's time, it is split evenly (a smaller
 # chunk would cost more in round trips than it could save in balance).
-map_chunk_seconds <- 0.002
+map_chunk_seconds <- 0.01
 map_probe_elements <- 2
 
 map_chunk_size <- function(left, rate, workers) {

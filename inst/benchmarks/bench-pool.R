@@ -146,13 +146,17 @@ if ("colapply" %in% sections) {
   serial <- function() ms(for (j in seq_len(cols)) f(X[, j], y))
   systems <- list(
     `pool: memApply()` = function() ms(memApply(X, 2, f, VARS = list(y = y))),
-    `pool: foreach, one task per column` = function() {
+    `pool: foreach, an iteration per column` = function() {
       registerDoShm(cores = 2)
-      ms(foreach::foreach(j = seq_len(cols), .export = c("f", "X", "y"), .options.shm = list(chunk.size = 1)) %dopar%
-           f(X[, j], y))
+      ms(foreach::foreach(j = seq_len(cols), .export = c("f", "X", "y")) %dopar% f(X[, j], y))
     },
     `shm_multisession: future_sapply()` = function() ms(future.apply::future_sapply(seq_len(cols), function(j) f(X[, j], y))),
-    serial = serial)
+    serial = serial,
+    # (the machine's own limit: the serial loop over each half of the columns
+    # in two forked processes at once)
+    `two halves at once (forked)` = function() ms(parallel::mclapply(1:2, function(h) {
+      for (j in seq.int(h, cols, by = 2)) f(X[, j], y)
+    }, mc.cores = 2)))
   `%dopar%` <- foreach::`%dopar%`
   future::plan(shm_multisession, workers = 2)
   compare(sprintf("column apply cor(X[, j], y) of a %d x %d matrix", rows, cols), systems)

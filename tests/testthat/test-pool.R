@@ -73,15 +73,15 @@ test_that("shm_map() spreads expensive elements and batches cheap ones", {
   expect_identical(unlist(shm_map(1:3000, function(i) i)), 1:3000)
 })
 
-test_that("chunks: a probe first, then ~2 ms of work, then an even split of the rest", {
+test_that("chunks: a probe first, then ~10 ms of work, then an even split of the rest", {
   size <- pageshare:::map_chunk_size
   expect_identical(size(2000, NA_real_, 2), 2)               # rate unknown: a probe
   expect_identical(size(3, NA_real_, 2), 1)                  # (never more than a share)
-  expect_identical(size(2000, 1e-3, 2), 2)                   # 1 ms each: 2 per chunk
+  expect_identical(size(2000, 1e-3, 2), 10)                  # 1 ms each: 10 per chunk
   expect_identical(size(2000, 1, 2), 1)                      # 1 s each: one by one
   expect_identical(size(2000, 1e-6, 2), 1000)                # the rest is little work: split evenly
-  expect_identical(size(100000, 1e-6, 2), 2000)              # else ~2 ms of work ...
-  expect_identical(size(5000, 1e-6, 2), 1250)                # ... at most a quarter of what is left
+  expect_identical(size(1e6, 1e-6, 2), 10000)                # else ~10 ms of work ...
+  expect_identical(size(25000, 1e-6, 2), 6250)               # ... at most a quarter of what is left
 })
 
 test_that("the same seed gives the same numbers with any number of workers", {
