@@ -40,7 +40,14 @@ pool_drive <- function(job) {
 job_fill <- function(job) {
   repeat {
     slots <- job$slots
-    free <- slots[shm_pool$inflight[slots] < pool_depth]
+    # (a slot whose worker died is empty: its work goes to the others, and
+    # only when none is left is a new worker started)
+    live <- slots[!is.na(shm_pool$pids[slots])]
+    if (!length(live)) {
+      pool_fill_vacancies()
+      live <- slots
+    }
+    free <- live[shm_pool$inflight[live] < pool_depth]
     if (!length(free)) return(invisible())
     slot <- free[which.min(shm_pool$inflight[free])]
     pid <- shm_pool$pids[slot]

@@ -63,7 +63,7 @@ pool_stop <- function() {
 
 # The first `n` slots of the pool, started (or restarted larger) as needed.
 pool_slots <- function(n) {
-  if (length(shm_pool$pids) < n) pool_start(n)
+  if (length(shm_pool$pids) < n) pool_start(n) else pool_fill_vacancies()
   seq_len(n)
 }
 
@@ -73,7 +73,13 @@ pool_slots <- function(n) {
 use_own_pool <- function() !identical(pageshare_option("pageshare.pool"), "psock")
 
 pool_ensure <- function() {
-  if (is.null(shm_pool$pids)) pool_start(pool_worker_count(NULL, "pageshare.workers"))
+  if (is.null(shm_pool$pids)) pool_start(pool_worker_count(NULL, "pageshare.workers")) else pool_fill_vacancies()
+  invisible()
+}
+
+# Starts workers in the slots whose workers died (see pool_on_death()).
+pool_fill_vacancies <- function() {
+  for (slot in which(is.na(shm_pool$pids))) shm_pool$pids[slot] <- .Call(ps_pool_fill, slot)
   invisible()
 }
 
@@ -89,12 +95,11 @@ pool_submit <- function(tag, payload, what, slot = NULL) {
   what$generation <- shm_pool$generation
   if (!is.null(what$task)) what$task$generation <- shm_pool$generation
   if (is.null(slot)) {
-    free <- which(shm_pool$inflight < pool_depth)
-    if (!length(free)) {
+    slot <- pool_free_slot()
+    if (is.na(slot)) {
       shm_pool$queue$push(list(tag = tag, payload = payload, what = what))
       return(invisible(FALSE))
     }
-    slot <- free[which.min(shm_pool$inflight[free])]
   }
   pool_send(slot, tag, payload, what)
   invisible(TRUE)
@@ -118,6 +123,7 @@ pool_send <- function(slot, tag, payload, what) {
     # would report): its tasks fail, a new worker takes the slot, and this
     # message goes to the new one.
     pool_on_death(slot, shm_pool$pids[slot])
+    pool_fill_vacancies()
   }
   pageshare_stop("pool_worker_died", shm_pool$pids[slot], sprintf("task %.0f", tag), "a worker just started")
 }
@@ -149,15 +155,17 @@ pool_on_reply <- function(slot, tag, payload) {
   pool_dispatch_queue()
 }
 
-# A worker died: a new worker takes its slot; the messages it never began go
-# out again, and the tasks it was running fail naming its pid. One that died
+# A worker died: its slot is emptied (a new worker takes it when the pool is
+# next used, see pool_fill_vacancies()); the messages it never began go out
+# again, and the tasks it was running fail naming its pid. One that died
 # running nothing (killed while idle, or by the out-of-memory killer) is named
 # in a warning.
 pool_on_death <- function(slot, pid) {
-  force(pid)   # (the caller may pass shm_pool$pids[slot], replaced below)
-  replaced <- .Call(ps_pool_replace, slot)
-  shm_pool$pids[slot] <- replaced[[1L]]
-  unread <- replaced[[2L]]
+  force(pid)   # (the caller may pass shm_pool$pids[slot], changed below)
+  unread <- .Call(ps_pool_vacate, slot)
+  # (the slot stays empty until the pool is next used, so that the error
+  # reaches the caller without waiting for a new R to start)
+  shm_pool$pids[slot] <- NA_integer_
   shm_pool$inflight[slot] <- 0L
   begun <- FALSE
   again <- list()
@@ -181,11 +189,25 @@ pool_on_death <- function(slot, pid) {
 }
 
 pool_dispatch_queue <- function() {
-  while (shm_pool$queue$size() && any(shm_pool$inflight < pool_depth)) {
+  while (shm_pool$queue$size()) {
+    slot <- pool_free_slot()
+    if (is.na(slot)) break
     q <- shm_pool$queue$pop()
-    free <- which(shm_pool$inflight < pool_depth)
-    pool_send(free[which.min(shm_pool$inflight[free])], q$tag, q$payload, q$what)
+    pool_send(slot, q$tag, q$payload, q$what)
   }
+}
+
+# The least busy slot with a live worker and room for a message, or NA.
+# (Empty slots, whose workers died, are filled only when none is live.)
+pool_free_slot <- function() {
+  live <- which(!is.na(shm_pool$pids))
+  if (!length(live)) {
+    pool_fill_vacancies()
+    live <- seq_along(shm_pool$pids)
+  }
+  free <- live[shm_pool$inflight[live] < pool_depth]
+  if (!length(free)) return(NA_integer_)
+  free[which.min(shm_pool$inflight[free])]
 }
 
 # The user interrupted a wait: the workers' tasks are abandoned (the pool is

@@ -50,7 +50,7 @@ NULL
 #' @export
 start_workers <- function(n = NULL) {
   n <- pool_worker_count(n, "n")
-  if (length(shm_pool$pids) != n) pool_start(n)
+  if (length(shm_pool$pids) != n) pool_start(n) else pool_fill_vacancies()
   invisible(shm_pool$pids)
 }
 

@@ -37,7 +37,7 @@
   X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                       \
   X(ps_pool_start, 7) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_send, 4)                     \
-  X(ps_pool_receive, 2) X(ps_pool_replace, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)    \
+  X(ps_pool_receive, 2) X(ps_pool_vacate, 1) X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)    \
   X(ps_pool_worker_next, 0) X(ps_pool_worker_reply, 2) X(ps_rng_stream, 2)
 
 #define C_ENTRY_POINTS(X)                                                                          \

@@ -143,6 +143,8 @@ test_that("a worker killed in a task is an error naming it, and is replaced", {
   expect_length(pool_pids(), 2L)
   expect_true(pids_gone(dead))
   expect_identical(unlist(shm_map(1:100, function(i) i + 1L)), 2:101)
+  expect_true(all(pool_pids() > 0L))               # back to full size
+  expect_false(any(dead %in% pool_pids()))
   # in a map, too
   e <- tryCatch(shm_map(1:20, function(i) if (i == 5) tools::pskill(Sys.getpid(), tools::SIGKILL) else i),
                 error = function(e) e)
@@ -190,6 +192,7 @@ test_that("a worker killed in memApply(), memLapply() or foreach is reported and
     expect_length(pool_pids(), 2L)
     expect_true(pids_gone(dead), info = door)
     expect_length(doors[[door]](function(cond) NULL), 10L)
+    expect_true(all(pool_pids() > 0L), info = door)
   }
   foreach::registerDoSEQ()
 })

@@ -318,15 +318,28 @@ impl Pool {
         self.workers[slot as usize].as_ref().map(|w| tail_text(&w.stderr)).unwrap_or_default()
     }
 
-    /// Ends the worker in `slot` (if any) and starts a new one there.
-    /// Returns the tags of the messages the old worker had not begun (they
-    /// never ran: the caller may send them again).
-    pub fn replace(&mut self, slot: u64) -> Result<Vec<u64>, PoolError> {
+    /// Ends the worker in `slot` (if any) and leaves the slot empty. Returns
+    /// the tags of the messages it had not begun (they never ran: the caller
+    /// may send them again).
+    pub fn vacate(&mut self, slot: u64) -> Vec<u64> {
         if let Some(w) = self.workers[slot as usize].take() {
             retire(vec![w]);
         }
-        let unread = self.region.tasks(slot).unread_tags();
-        self.start_workers(&[slot])?;
+        self.region.tasks(slot).unread_tags()
+    }
+
+    /// Starts a worker in the empty `slot`.
+    pub fn fill(&mut self, slot: u64) -> Result<(), PoolError> {
+        if self.workers[slot as usize].is_some() {
+            return Ok(());
+        }
+        self.start_workers(&[slot])
+    }
+
+    /// [`Pool::vacate`], then [`Pool::fill`].
+    pub fn replace(&mut self, slot: u64) -> Result<Vec<u64>, PoolError> {
+        let unread = self.vacate(slot);
+        self.fill(slot)?;
         Ok(unread)
     }
 

@@ -236,24 +236,33 @@ fn event(scope: &mut Protect, code: i32, slot: i32, tag: f64, last: SEXP) -> Res
     list_of(&[code, slot, tag, last])
 }
 
-/// Ends the worker in `slot` (if alive) and starts a new one there; returns
-/// `list(pid, unread)`: the new worker's process id and the tags of the
-/// messages the old one never began.
+/// Ends the worker in `slot` (if alive) and leaves the slot empty; returns the
+/// tags of the messages it never began.
 #[no_mangle]
-pub extern "C" fn ps_pool_replace_rs(slot: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_vacate_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let mut guard = pool()?;
         let p = guard.as_mut().ok_or_else(no_pool)?;
         let slot = slot_arg(slot, p.size())?;
-        let unread = p.replace(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        let mut scope = Protect::new();
-        let pid = scope.protect(scalar_integer(p.pid(slot) as i32)?)?;
-        let tags = scope.alloc_vector(SEXPTYPE::REALSXP, unread.len() as R_xlen_t)?;
+        let unread = p.vacate(slot);
+        let tags = alloc_vector(SEXPTYPE::REALSXP, unread.len() as R_xlen_t)?;
         for (i, t) in unread.iter().enumerate() {
-            // SAFETY: `tags` is a double vector of unread.len() elements.
+            // SAFETY: `tags` is a new double vector of unread.len() elements.
             unsafe { *REAL(tags).add(i) = (t & !RELEASE) as f64 };
         }
-        list_of(&[pid, tags])
+        Ok(tags)
+    })
+}
+
+/// Starts a worker in the empty `slot`; returns its process id.
+#[no_mangle]
+pub extern "C" fn ps_pool_fill_rs(slot: SEXP) -> SEXP {
+    entry(|| {
+        let mut guard = pool()?;
+        let p = guard.as_mut().ok_or_else(no_pool)?;
+        let slot = slot_arg(slot, p.size())?;
+        p.fill(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
+        scalar_integer(p.pid(slot) as i32)
     })
 }
 
