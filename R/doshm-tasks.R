@@ -95,7 +95,7 @@ run_loop_tasks_on_pool <- function(slots, columns, chunks, setup) {
       job$failure <- list(kind = "error", condition = reply$condition)
       return(invisible())
     }
-    value <- reply_value(reply)
+    value <- reply$value
     if (inherits(value$values, "doshm_needs_setup")) {
       # (the worker lost the loop: its next task carries the setup again)
       job$seen <- setdiff(job$seen, sent$pid)

@@ -29,6 +29,7 @@ pool_drive <- function(job) {
   repeat {
     if (is.null(job$failure)) job_fill(job)
     if (job$outstanding == 0L || !is.null(job$failure)) break
+    if (!sum(shm_pool$inflight)) pageshare_stop("pool_out_of_step", 0L, "none", "a job's")
     pool_wait_event()
   }
   # Items that other workers still run finish in the background: their
@@ -39,22 +40,19 @@ pool_drive <- function(job) {
 
 job_fill <- function(job) {
   repeat {
-    slots <- job$slots
-    # (a slot whose worker died is empty: its work goes to the others, and
-    # only when none is left is a new worker started)
-    live <- slots[!is.na(shm_pool$pids[slots])]
-    if (!length(live)) {
-      pool_fill_vacancies()
-      live <- slots
-    }
-    free <- live[shm_pool$inflight[live] < pool_depth]
-    if (!length(free)) return(invisible())
-    slot <- free[which.min(shm_pool$inflight[free])]
+    slot <- pool_free_slot(0, job$slots)
+    if (is.na(slot)) return(invisible())
     pid <- shm_pool$pids[slot]
     item <- job$next_item(slot, !pid %in% job$seen)
     if (is.null(item)) return(invisible())
-    job$seen <- c(job$seen, pid)
     job$outstanding <- job$outstanding + 1L
+    if (shm_pool$inflight[slot] > 0L && !pool_fits_busy(length(item$payload))) {
+      # (too large for a busy worker's ring: it waits for an idle one)
+      job_requeue(job, item$info)
+      if (is.na(pool_free_slot(length(item$payload), job$slots))) return(invisible())
+      next
+    }
+    job$seen <- c(job$seen, pid)
     pool_send(slot, pool_next_tag(), item$payload, list(kind = "job", job = job, info = item$info))
   }
 }
@@ -66,6 +64,13 @@ job_reply <- function(job, info, reply) {
     job$failure <- list(kind = "died", pid = reply$pid, info = info)
     return(invisible())
   }
+  if (identical(reply$status, "needs_stage")) {
+    # (the worker lost the job's stage, e.g. to a call that came between its
+    # chunks: the item goes again, with the stage)
+    job$seen <- setdiff(job$seen, info$pid)
+    job$requeue(info)
+    return(invisible())
+  }
   job$on_reply(info, reply)
 }
 
@@ -74,7 +79,7 @@ job_requeue <- function(job, info) {
   if (is.null(job$failure)) job$requeue(info)
 }
 
-# A reply's value, with the segments of large results the worker handed over
+# A reply's value (a reply that says "ok"), with the segments of large results the worker handed over
 # taken over by this process.
 reply_value <- function(reply) {
   value <- reply$value

@@ -108,7 +108,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
       map$next_i <- to + 1
     }
     msg <- list(op = "chunk", map = id, from = from, to = to, threshold = threshold, stage = if (first) stage)
-    list(payload = serialize(msg, NULL, xdr = FALSE), info = list(from = from, to = to))
+    list(payload = serialize(msg, NULL, xdr = FALSE), info = list(from = from, to = to, pid = shm_pool$pids[slot]))
   }, on_reply = function(info, reply) {
     if (identical(reply$status, "error")) {
       job$failure <- list(kind = "error", index = if (is.na(reply$index)) info$from else reply$index,
@@ -116,11 +116,11 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
       return(invisible())
     }
     len <- info$to - info$from + 1
-    job$out[seq.int(info$from, info$to)] <- reply_value(reply)
+    job$out[seq.int(info$from, info$to)] <- reply$value
     if (!is.null(reply$rate)) map$rate <- reply$rate
     if (!is.null(progress)) progress(amount = len)
   }, requeue = function(info) {
-    map$redo[[length(map$redo) + 1L]] <- info
+    map$redo[[length(map$redo) + 1L]] <- info[c("from", "to")]
   })
   job$out <- vector("list", n)
   job$keep <- state$views   # (until the job and its pending items are gone)

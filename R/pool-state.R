@@ -95,7 +95,7 @@ pool_submit <- function(tag, payload, what, slot = NULL) {
   what$generation <- shm_pool$generation
   if (!is.null(what$task)) what$task$generation <- shm_pool$generation
   if (is.null(slot)) {
-    slot <- pool_free_slot()
+    slot <- pool_free_slot(length(payload))
     if (is.na(slot)) {
       shm_pool$queue$push(list(tag = tag, payload = payload, what = what))
       return(invisible(FALSE))
@@ -119,10 +119,10 @@ pool_send <- function(slot, tag, payload, what) {
       return(invisible())
     }
     if (status == 2L) pool_interrupted()
-    # The worker is gone (it died while idle, or with tasks the next events
-    # would report): its tasks fail, a new worker takes the slot, and this
-    # message goes to the new one.
-    pool_on_death(slot, shm_pool$pids[slot])
+    # The worker is gone (it died while idle, or with tasks): the replies it
+    # sent before it died are taken, then its death (see pool_on_death()),
+    # and this message goes to the new worker in its slot.
+    while (!is.na(shm_pool$pids[slot])) pool_wait_event()
     pool_fill_vacancies()
   }
   pageshare_stop("pool_worker_died", shm_pool$pids[slot], sprintf("task %.0f", tag), "a worker just started")
@@ -146,13 +146,20 @@ pool_on_reply <- function(slot, tag, payload) {
   what <- shm_pool$pending[[slot]]$pop()
   if (!identical(what$tag, tag)) pageshare_stop("pool_out_of_step", slot, format(tag), format(what$tag))
   shm_pool$inflight[slot] <- shm_pool$inflight[slot] - 1L
-  reply <- unserialize(payload)
+  on.exit(pool_dispatch_queue())
+  # (a reply that cannot be read, e.g. a handle of a worker that died since,
+  # is its task's error; the segments of a value the worker handed over are
+  # taken over now: the worker may let go of them with its next message)
+  reply <- tryCatch({
+    r <- unserialize(payload)
+    if (identical(r$status, "ok")) r$value <- reply_value(r)
+    r
+  }, error = function(e) list(status = "error", index = NA_integer_, condition = e))
   if (identical(what$kind, "call")) {
     what$task$reply <- reply
   } else {
     job_reply(what$job, what$info, reply)
   }
-  pool_dispatch_queue()
 }
 
 # A worker died: its slot is emptied (a new worker takes it when the pool is
@@ -190,25 +197,32 @@ pool_on_death <- function(slot, pid) {
 
 pool_dispatch_queue <- function() {
   while (shm_pool$queue$size()) {
-    slot <- pool_free_slot()
+    slot <- pool_free_slot(length(shm_pool$queue$peek()$payload))
     if (is.na(slot)) break
     q <- shm_pool$queue$pop()
     pool_send(slot, q$tag, q$payload, q$what)
   }
 }
 
-# The least busy slot with a live worker and room for a message, or NA.
-# (Empty slots, whose workers died, are filled only when none is live.)
-pool_free_slot <- function() {
-  live <- which(!is.na(shm_pool$pids))
+# The least busy slot among `slots` with a live worker and room for a message
+# of `bytes`, or NA. (Empty slots, whose workers died, are filled only when
+# none is live.)
+pool_free_slot <- function(bytes, slots = seq_along(shm_pool$pids)) {
+  live <- slots[!is.na(shm_pool$pids[slots])]
   if (!length(live)) {
     pool_fill_vacancies()
-    live <- seq_along(shm_pool$pids)
+    live <- slots
   }
-  free <- live[shm_pool$inflight[live] < pool_depth]
+  free <- live[shm_pool$inflight[live] < if (pool_fits_busy(bytes)) pool_depth else 1L]
   if (!length(free)) return(NA_integer_)
   free[which.min(shm_pool$inflight[free])]
 }
+
+# Can a message of `bytes` go to a worker that is busy? Only if it fits its
+# ring beside the other one waiting there: a larger message streams through
+# the ring as the worker reads, and a busy worker reads only after it has sent
+# its reply, which the master, still sending, would never read.
+pool_fits_busy <- function(bytes) bytes <= pool_ring_bytes / 4
 
 # The user interrupted a wait: the workers' tasks are abandoned (the pool is
 # restarted, so no late reply can be mistaken for a later task's), then R's
@@ -227,7 +241,7 @@ pool_task_failed <- function(what, cond) {
                  list(message = msg, call = NULL, parent = cond)))
 }
 
-# A first-in first-out queue: list(push, pop, size, drain). Push and pop
+# A first-in first-out queue: list(push, pop, peek, size, drain). Push and pop
 # take constant time: the items live in the function's own frame, changed in
 # place by `<<-` (a list held in an environment is copied by every change of
 # one of its elements, and rm() of a binding takes microseconds).
@@ -264,6 +278,7 @@ new_fifo <- function() {
       head <<- head + 1L
       x
     },
+    peek = function() items[[head]],
     size = function() tail - head + 1L,
     drain = function() {
       out <- if (tail >= head) items[head:tail] else list()

@@ -61,7 +61,9 @@ pool_worker_run <- function(payload, release, maps) {
 }
 
 pool_worker_call <- function(msg) {
-  pool_ok_reply(worker_result(withVisible(do.call(msg$FUN, msg$args)), msg$threshold))
+  # (quote: the arguments are values, evaluated on the master; a symbol or a
+  # call among them is data, not code to run here)
+  pool_ok_reply(worker_result(withVisible(do.call(msg$FUN, msg$args, quote = TRUE)), msg$threshold))
 }
 
 pool_worker_chunk <- function(msg, maps) {
@@ -72,7 +74,9 @@ pool_worker_chunk <- function(msg, maps) {
     maps$X <- stage$X
     maps$seed <- stage$seed
   } else if (!identical(maps$id, msg$map)) {
-    return(pool_error_reply(NA_integer_, simpleError("a chunk of a map this worker was never sent")))
+    # (this worker let go of the map for a message that came between its
+    # chunks: the master sends the chunk again, with the map)
+    return(serialize(list(status = "needs_stage"), NULL, xdr = FALSE))
   }
   run <- maps$run
   X <- maps$X
@@ -114,7 +118,7 @@ pool_worker_loop <- function(msg) {
 pool_runner <- function(FUN, dots) {
   if (!length(dots)) return(FUN)
   force(FUN)
-  do.call(function(...) function(x) FUN(x, ...), dots)
+  do.call(function(...) function(x) FUN(x, ...), dots, quote = TRUE)
 }
 
 pool_ok_reply <- function(value, rate = NULL) {

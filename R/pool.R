@@ -90,7 +90,11 @@ shm_value <- function(task) {
     pageshare_stop("not_task", describe_object(task))
   }
   while (is.null(task$reply)) {
-    if (!identical(task$generation, shm_pool$generation)) pageshare_stop("task_lost", format(task$tag))
+    # (a task of a pool stopped since, or one that no message carries any more)
+    if (!identical(task$generation, shm_pool$generation) ||
+        (!sum(shm_pool$inflight) && !shm_pool$queue$size())) {
+      pageshare_stop("task_lost", format(task$tag))
+    }
     pool_wait_event()
   }
   reply <- task$reply
@@ -100,10 +104,8 @@ shm_value <- function(task) {
   if (identical(reply$status, "error")) {
     pool_task_failed(sprintf("task %s", format(task$tag)), reply$condition)
   }
-  value <- reply_value(reply)
-  task$reply <- list(status = "ok", value = value)
   task$keep <- NULL
-  value
+  reply$value
 }
 
 #' @export

@@ -32,6 +32,39 @@ test_that("large arguments reach the worker as views and large values come back 
   expect_true(shared_info(back)$owned_here)
 })
 
+test_that("messages larger than a ring go one at a time to a busy worker (no deadlock)", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  # 320 KB each way: below the sharing threshold, so inline, and larger than a
+  # ring's quarter: the second must not be sent while the worker replies to the first
+  x <- runif(4e4)
+  y <- runif(4e4)
+  t1 <- shm_call(function(v) v, x)
+  t2 <- shm_call(function(v) v, y)
+  expect_identical(shm_value(t2), y)
+  expect_identical(shm_value(t1), x)
+  expect_identical(lapply(shm_map(list(x, y, x), function(v) v), length), rep(list(4e4L), 3))
+})
+
+test_that("arguments are values: a symbol or a call is sent as data", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  expect_identical(shm_value(shm_call(identity, quote(a_symbol))), quote(a_symbol))
+  expect_identical(shm_value(shm_call(function(e) e, quote(f(x)))), quote(f(x)))
+  expect_identical(shm_map(1:2, function(i, s) s, s = quote(b)), list(quote(b), quote(b)))
+})
+
+test_that("a large value is taken over when its reply arrives, not when it is collected", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  t1 <- shm_call(function(n) as.numeric(seq_len(n)), 3e5)
+  expect_identical(shm_value(shm_call(function() 1)), 1)   # (t1's reply has arrived by now)
+  expect_identical(shm_value(shm_call(function() 2)), 2)   # (the worker let go of what it handed over)
+  expect_no_warning(v <- shm_value(t1))
+  expect_true(shared_info(v)$owned_here)
+  expect_identical(v, as.numeric(seq_len(3e5)))
+})
+
 test_that("an error in a task keeps the original condition as parent", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)
@@ -87,7 +120,7 @@ test_that("chunks: a probe first, then ~10 ms of work, then an even split of the
 test_that("the same seed gives the same numbers with any number of workers", {
   on.exit(stop_workers(), add = TRUE)
   draw <- function(i) c(runif(1), rnorm(1))
-  runs <- lapply(c(1, 2, 3), function(n) {
+  runs <- lapply(c(1, 2, 4), function(n) {
     start_workers(n)
     shm_map(1:40, draw, .seed = 42)
   })

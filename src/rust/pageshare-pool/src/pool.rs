@@ -176,7 +176,15 @@ impl Pool {
                 Ok((stream, _)) => {
                     if let Some(i) = self.admit(&stream, &children) {
                         let s = children.swap_remove(i);
-                        self.install(s.slot, s.child, stream, s.stderr);
+                        let slot = s.slot;
+                        if !self.install(slot, s.child, stream, s.stderr) {
+                            abandon(children);
+                            return Err(PoolError::Start {
+                                slot,
+                                why: "no thread could be started to watch it".into(),
+                                stderr: String::new(),
+                            });
+                        }
                     }
                     continue;
                 }
@@ -232,32 +240,46 @@ impl Pool {
         Some(i)
     }
 
-    fn install(&mut self, slot: u64, mut child: Child, socket: UnixStream, stderr: StderrTail) {
+    /// Takes the admitted worker into `slot` with a thread that watches its
+    /// socket; false (the worker killed and reaped) if no thread can be started.
+    fn install(&mut self, slot: u64, child: Child, socket: UnixStream, stderr: StderrTail) -> bool {
         let pid = child.id();
         let reaped = Arc::new(AtomicBool::new(false));
         let socket = Arc::new(socket);
         let watched = Arc::clone(&socket);
         let region = Arc::clone(&self.region);
         let done = Arc::clone(&reaped);
-        let monitor = std::thread::Builder::new()
-            .name("pageshare-pool-monitor".into())
-            .spawn(move || {
-                let mut buf = [0u8; 64];
-                loop {
-                    match (&*watched).read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(_) => continue,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => break,
-                    }
+        let child = Arc::new(Mutex::new(Some(child)));
+        let watched_child = Arc::clone(&child);
+        let monitor = std::thread::Builder::new().name("pageshare-pool-monitor".into()).spawn(move || {
+            let mut buf = [0u8; 64];
+            loop {
+                match (&*watched).read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
                 }
-                region.tasks(slot).close();
-                region.results(slot).close();
-                let _ = child.wait();
-                done.store(true, Ordering::SeqCst);
-            })
-            .ok();
+            }
+            region.tasks(slot).close();
+            region.results(slot).close();
+            if let Some(mut c) = watched_child.lock().ok().and_then(|mut g| g.take()) {
+                let _ = c.wait();
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        let monitor = match monitor {
+            Ok(m) => Some(m),
+            Err(_) => {
+                if let Some(mut c) = child.lock().ok().and_then(|mut g| g.take()) {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return false;
+            }
+        };
         self.workers[slot as usize] = Some(Worker { pid, socket, reaped, monitor, stderr, death_reported: false });
+        true
     }
 
     /// Sends a message to the worker in `slot`.
@@ -285,12 +307,15 @@ impl Pool {
             for k in 0..n {
                 let slot = (self.next_scan + k) % n;
                 let ring = self.region.results(slot);
+                // (closed is read first: a reply published just before the
+                // worker exited is then seen by has_data())
+                let closed = ring.is_closed();
                 if ring.has_data() {
                     self.next_scan = (slot + 1) % n;
                     let tag = ring.receive(out, patience, give_up)?;
                     return Ok(Received::Message { slot, tag });
                 }
-                if ring.is_closed() {
+                if closed {
                     if let Some(w) = self.workers[slot as usize].as_mut() {
                         if !w.death_reported {
                             w.death_reported = true;

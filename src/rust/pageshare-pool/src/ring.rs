@@ -208,7 +208,12 @@ impl<'a> Ring<'a> {
             self.wait_for_data(patience, give_up)?;
             match self.take_frame(out)? {
                 None => continue, // a wrap marker
-                Some((tag, more)) => {
+                Some((tag, more, start)) => {
+                    // (a message begins with its START frame and has no other:
+                    // anything else is a message cut short, never half-read)
+                    if start != first_tag.is_none() {
+                        return Err(RingError::Corrupt("a message's frames are out of order"));
+                    }
                     let tag0 = *first_tag.get_or_insert(tag);
                     if tag != tag0 {
                         return Err(RingError::Corrupt("a message's frames carry different tags"));
@@ -249,9 +254,10 @@ impl<'a> Ring<'a> {
     }
 
     /// Reads the frame at `tail` (there is one): appends its payload to `out`
-    /// and returns its tag and whether the message continues, or `None` for a
-    /// wrap marker. Publishes the new tail.
-    fn take_frame(&self, out: &mut Vec<u8>) -> Result<Option<(u64, bool)>, RingError> {
+    /// and returns its tag, whether the message continues and whether the
+    /// frame begins a message, or `None` for a wrap marker. Publishes the new
+    /// tail.
+    fn take_frame(&self, out: &mut Vec<u8>) -> Result<Option<(u64, bool, bool)>, RingError> {
         let head = self.ctrl.head.0.load(Ordering::Acquire);
         let tail = self.ctrl.tail.0.load(Ordering::Relaxed);
         let available = head.wrapping_sub(tail);
@@ -292,7 +298,7 @@ impl<'a> Ring<'a> {
             out.set_len(start + len as usize);
         }
         self.advance(tail, frame);
-        Ok(Some((tag, flags & MORE != 0)))
+        Ok(Some((tag, flags & MORE != 0, flags & START != 0)))
     }
 
     /// The tags of the messages published but not yet begun by the consumer,

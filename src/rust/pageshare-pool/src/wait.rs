@@ -94,6 +94,9 @@ pub fn wait_until(
     }
     loop {
         bell.parked.store(1, Ordering::SeqCst);
+        // (the flag must be visible before the condition is read again: the
+        // other side publishes, then reads the flag)
+        fence(Ordering::SeqCst);
         let seen = bell.word.load(Ordering::SeqCst);
         if ready() {
             bell.parked.store(0, Ordering::SeqCst);

@@ -32,12 +32,34 @@ static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// when R code that runs while we wait (an interrupt check may run event
 /// handlers) calls into the pool again: that is an error, never a deadlock.
 fn pool() -> Result<MutexGuard<'static, Option<Pool>>, RError> {
-    match POOL.try_lock() {
-        Ok(g) => Ok(g),
-        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+    let guard = match POOL.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => {
-            Err(RError::argument("pageshare's worker pool is busy: it cannot be used from inside its own wait"))
+            return Err(RError::argument("pageshare's worker pool is busy: it cannot be used from inside its own wait"))
         }
+    };
+    // A forked child (mclapply, plan(multicore)) inherits the pool's memory
+    // and sockets but is not its master: it must not touch the rings.
+    let owner = POOL_OWNER.load(std::sync::atomic::Ordering::Relaxed);
+    if guard.is_some() && owner != pageshare_core::os::pid() {
+        return Err(RError::argument(format!(
+            "pageshare's worker pool belongs to process {owner}; a forked child cannot use it"
+        )));
+    }
+    Ok(guard)
+}
+
+/// The process that started the pool.
+static POOL_OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A message buffer that grew past this is given back after use.
+const BUFFER_KEEP: usize = 1 << 20;
+
+fn shrink(buf: &mut Vec<u8>) {
+    if buf.capacity() > 4 * BUFFER_KEEP {
+        buf.clear();
+        buf.shrink_to(BUFFER_KEEP);
     }
 }
 
@@ -137,6 +159,7 @@ pub extern "C" fn ps_pool_start_rs(
         let started = Pool::start(n as u64, capacity as u64, launch)
             .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
         *guard = Some(started);
+        POOL_OWNER.store(pageshare_core::os::pid(), std::sync::atomic::Ordering::Relaxed);
         pids(guard.as_ref().expect("just set"))
     })
 }
@@ -225,6 +248,7 @@ pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
                 return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
             }
         };
+        shrink(&mut buf);
         event(&mut scope, code, slot, tag, last)
     })
 }
@@ -311,6 +335,7 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
                 let t = scope.protect(crate::r_calls::scalar_real((tag & !RELEASE) as f64)?)?;
                 let payload = scope.protect(raw_vec(&buf)?)?;
                 let release = scope.protect(crate::r_calls::scalar_logical((tag & RELEASE != 0) as i32)?)?;
+                shrink(&mut buf);
                 list_of(&[t, payload, release])
             }
             Err(RingError::Stopped(_)) => Ok(nil()),
