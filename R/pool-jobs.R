@@ -27,8 +27,10 @@ new_job <- function(next_item, on_reply, requeue, slots = seq_along(shm_pool$pid
 
 pool_drive <- function(job) {
   repeat {
-    if (is.null(job$failure)) job_fill(job)
-    if (job$outstanding == 0L || !is.null(job$failure)) break
+    # (items may be left while every worker is busy, also with the items of
+    # an earlier job that ended early: then wait for a reply)
+    left <- is.null(job$failure) && job_fill(job)
+    if ((!left && job$outstanding == 0L) || !is.null(job$failure)) break
     if (!sum(shm_pool$inflight)) pageshare_stop("pool_out_of_step", 0L, "none", "a job's")
     pool_wait_event()
   }
@@ -38,18 +40,20 @@ pool_drive <- function(job) {
   invisible(job)
 }
 
+# Sends the job's items while its workers have room. TRUE if items may be
+# left (no worker had room), FALSE when the job has no item left to send.
 job_fill <- function(job) {
   repeat {
     slot <- pool_free_slot(0, job$slots)
-    if (is.na(slot)) return(invisible())
+    if (is.na(slot)) return(TRUE)
     pid <- shm_pool$pids[slot]
     item <- job$next_item(slot, !pid %in% job$seen)
-    if (is.null(item)) return(invisible())
+    if (is.null(item)) return(FALSE)
     job$outstanding <- job$outstanding + 1L
     if (shm_pool$inflight[slot] > 0L && !pool_fits_busy(length(item$payload))) {
       # (too large for a busy worker's ring: it waits for an idle one)
       job_requeue(job, item$info)
-      if (is.na(pool_free_slot(length(item$payload), job$slots))) return(invisible())
+      if (is.na(pool_free_slot(length(item$payload), job$slots))) return(TRUE)
       next
     }
     job$seen <- c(job$seen, pid)

@@ -46,6 +46,18 @@ test_that("messages larger than a ring go one at a time to a busy worker (no dea
   expect_identical(lapply(shm_map(list(x, y, x), function(v) v), length), rep(list(4e4L), 3))
 })
 
+test_that("a map started while every worker is busy waits for them (never returns NULLs)", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  busy <- lapply(1:2, function(i) shm_call(function() { Sys.sleep(0.3); "done" }))   # (the worker's ring is full)
+  expect_identical(shm_map(1:3, function(i) i * 10), list(10, 20, 30))
+  expect_identical(memLapply(1:3, function(i) i + 1L), list(2L, 3L, 4L))
+  expect_identical(lapply(busy, shm_value), list("done", "done"))
+  # the same after a map that failed while its other elements still ran
+  expect_error(shm_map(1:4, function(i) if (i == 1) stop("first") else Sys.sleep(0.2)), "first")
+  expect_identical(shm_map(1:3, function(i) -i), list(-1L, -2L, -3L))
+})
+
 test_that("arguments are values: a symbol or a call is sent as data", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)
