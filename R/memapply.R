@@ -212,9 +212,7 @@ mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
   if (!is.null(f)) {
     label <- sprintf("%s %s", what, element_label(f$index, nms))
     cond <- f$condition
-    msg <- sprintf(pageshare_messages$fun_failed, caller, label, conditionMessage(cond))
-    stop(structure(class = c("pageshare_task_failed", "pageshare_error", "error", "condition"),
-                   list(message = msg, call = NULL, parent = cond)))
+    task_failed_error(sprintf(pageshare_messages$fun_failed, caller, label, conditionMessage(cond)), cond)
   }
   out <- job$out
   names(out) <- nms

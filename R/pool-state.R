@@ -236,7 +236,12 @@ pool_interrupted <- function() {
 }
 
 pool_task_failed <- function(what, cond) {
-  msg <- sprintf(pageshare_messages$pool_task_failed, what, conditionMessage(cond))
+  task_failed_error(sprintf(pageshare_messages$pool_task_failed, what, conditionMessage(cond)), cond)
+}
+
+# A pageshare_task_failed error with message `msg` whose parent is FUN's own
+# condition `cond`.
+task_failed_error <- function(msg, cond) {
   stop(structure(class = c("pageshare_task_failed", "pageshare_error", "error", "condition"),
                  list(message = msg, call = NULL, parent = cond)))
 }

@@ -28,17 +28,20 @@ stop_pool <- function(env = pool) {
 
 #' Stop pageshare's worker pool
 #'
-#' pageshare keeps a pool of background R processes (a PSOCK cluster with
-#' pageshare loaded) for [registerDoShm()] without a cluster and for
-#' [memApply()] / [memLapply()] without `CLUSTER`. The pool is started on first
-#' use and reused afterwards; it is stopped when R exits, or earlier by
-#' `stop_workers()`. The next call that needs workers starts a new pool. A
-#' worker whose master R session is gone (killed or crashed) ends within a
+#' pageshare keeps a pool of background R processes (see [shm_pool]) for
+#' [shm_call()], [shm_map()], [registerDoShm()] without a cluster and
+#' [memApply()] / [memLapply()] without `CLUSTER` (with
+#' `options(pageshare.pool = "psock")`, a PSOCK cluster with pageshare loaded
+#' for the last three). The pool is started on first use and reused
+#' afterwards; it is stopped when R exits, or earlier by `stop_workers()`,
+#' which stops both kinds. The next call that needs workers starts a new pool.
+#' A worker whose master R session is gone (killed or crashed) ends within a
 #' fraction of a second, also in the middle of a task.
 #'
 #' @return `TRUE` if a pool was running (and is now stopped), else `FALSE`,
 #'   invisibly.
-#' @seealso [pageshare_options] (option `pageshare.workers`)
+#' @seealso [shm_pool], [pageshare_options] (options `pageshare.workers`,
+#'   `pageshare.pool`)
 #' @examples
 #' stop_workers()
 #' @export
