@@ -143,7 +143,11 @@ segment_dir <- function() {
   normalizePath(dir, mustWork = TRUE)
 }
 
-share_threshold <- function() size_option("pageshare.threshold", "threshold_option")
+share_threshold <- function() {
+  # (read for every task: the option as set, checked, is the quick answer)
+  value <- getOption("pageshare.threshold")
+  if (is_number(value, min = 0)) value else size_option("pageshare.threshold", "threshold_option")
+}
 
 # (A cache limit that is not a size means no limit.)
 cache_limit <- function() {

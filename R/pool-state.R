@@ -73,7 +73,8 @@ pool_slots <- function(n) {
 use_own_pool <- function() !identical(pageshare_option("pageshare.pool"), "psock")
 
 pool_ensure <- function() {
-  if (is.null(shm_pool$pids)) pool_start(pool_worker_count(NULL, "pageshare.workers")) else pool_fill_vacancies()
+  pids <- shm_pool$pids
+  if (is.null(pids)) pool_start(pool_worker_count(NULL, "pageshare.workers")) else if (anyNA(pids)) pool_fill_vacancies()
   invisible()
 }
 
@@ -109,7 +110,7 @@ pool_send <- function(slot, tag, payload, what) {
   for (attempt in 1:2) {
     # (nothing of this worker's is still on its way: it may let go of what it handed over)
     release <- shm_pool$inflight[slot] == 0L
-    status <- .Call(ps_pool_send, slot, tag, payload, release)
+    status <- .Call(ps_pool_send, slot, tag, payload, release, isTRUE(what$plain))
     if (status == 0L) {
       what$tag <- tag
       # (a task a dead worker never began is sent again: see pool_on_death())
@@ -135,26 +136,43 @@ pool_wait_event <- function(timeout = NA_real_) {
   spin <- if (sum(shm_pool$inflight > 0L) < shm_pool$cores) pool_spin_microseconds else 0
   ev <- .Call(ps_pool_receive, timeout, spin)
   switch(ev[[1L]] + 1L,
-         pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
+         pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]], ev[[5L]]),
          pool_on_death(ev[[2L]], ev[[4L]]),
          pool_interrupted(),
          NULL)
   invisible(ev[[1L]])
 }
 
-pool_on_reply <- function(slot, tag, payload) {
+pool_on_reply <- function(slot, tag, payload, plain) {
   what <- shm_pool$pending[[slot]]$pop()
   if (!identical(what$tag, tag)) pageshare_stop("pool_out_of_step", slot, format(tag), format(what$tag))
   shm_pool$inflight[slot] <- shm_pool$inflight[slot] - 1L
-  on.exit(pool_dispatch_queue())
-  # (a reply that cannot be read, e.g. a handle of a worker that died since,
-  # is its task's error; the segments of a value the worker handed over are
-  # taken over now: the worker may let go of them with its next message)
-  reply <- tryCatch({
-    r <- unserialize(payload)
-    if (identical(r$status, "ok")) r$value <- reply_value(r)
-    r
-  }, error = function(e) list(status = "error", index = NA_integer_, condition = e))
+  if (plain) {
+    # A plain reply (no handle inside) is read in one step; should that fail
+    # (no memory), its task fails and the error goes on to the caller.
+    read <- FALSE
+    on.exit({
+      if (!read) pool_deliver(what, list(status = "error", index = NA_integer_,
+                                         condition = simpleError("its reply could not be read")))
+      pool_dispatch_queue()
+    })
+    reply <- .Call(ps_unserialize, payload)
+    read <- TRUE
+  } else {
+    on.exit(pool_dispatch_queue())
+    # (a reply that cannot be read, e.g. a handle of a worker that died since,
+    # is its task's error; the segments of a value the worker handed over are
+    # taken over now: the worker may let go of them with its next message)
+    reply <- tryCatch({
+      r <- unserialize(payload)
+      if (identical(r$status, "ok")) r$value <- reply_value(r)
+      r
+    }, error = function(e) list(status = "error", index = NA_integer_, condition = e))
+  }
+  pool_deliver(what, reply)
+}
+
+pool_deliver <- function(what, reply) {
   if (identical(what$kind, "call")) {
     what$task$reply <- reply
   } else {
@@ -186,9 +204,7 @@ pool_on_death <- function(slot, pid) {
       next
     }
     begun <- TRUE
-    reply <- list(status = "died", pid = pid)
-    if (identical(what$kind, "call")) what$task$reply <- reply
-    else job_reply(what$job, what$info, reply)
+    pool_deliver(what, list(status = "died", pid = pid))
   }
   for (q in rev(again)) shm_pool$queue$push(q, front = TRUE)
   if (!begun) pageshare_warn("pool_worker_replaced", pid)
@@ -207,15 +223,19 @@ pool_dispatch_queue <- function() {
 # The least busy slot among `slots` with a live worker and room for a message
 # of `bytes`, or NA. (Empty slots, whose workers died, are filled only when
 # none is live.)
-pool_free_slot <- function(bytes, slots = seq_along(shm_pool$pids)) {
-  live <- slots[!is.na(shm_pool$pids[slots])]
-  if (!length(live)) {
+pool_free_slot <- function(bytes, slots = NULL) {
+  # (the messages each slot's worker has, NA for an empty slot or one not in `slots`)
+  load <- shm_pool$inflight
+  load[is.na(shm_pool$pids)] <- NA_integer_
+  if (!is.null(slots)) load[-slots] <- NA_integer_
+  slot <- which.min(load)
+  if (!length(slot)) {
     pool_fill_vacancies()
-    live <- slots
+    load <- shm_pool$inflight
+    if (!is.null(slots)) load[-slots] <- NA_integer_
+    slot <- which.min(load)
   }
-  free <- live[shm_pool$inflight[live] < if (pool_fits_busy(bytes)) pool_depth else 1L]
-  if (!length(free)) return(NA_integer_)
-  free[which.min(shm_pool$inflight[free])]
+  if (load[slot] < if (pool_fits_busy(bytes)) pool_depth else 1L) slot else NA_integer_
 }
 
 # Can a message of `bytes` go to a worker that is busy? Only if it fits its

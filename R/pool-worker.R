@@ -11,8 +11,10 @@
 #            a worker gets also carries the map itself (`stage`: FUN, X, dots
 #            and seed, serialized once for all workers), which the worker
 #            keeps until the next map.
-# With a message comes `release` (a bit of its tag): the master holds every
-# result this worker handed over before, so their segments can be let go.
+# With a message come two bits of its tag: `release`, the master holds every
+# result this worker handed over before, so their segments can be let go;
+# `plain`, a call with no handle inside (see plain_call() in R/pool.R), run
+# in one step in C.
 # Every message carries `threshold`, the master's size from which a result
 # travels as shared data.
 # The reply is a serialized list(status = "ok", value) or
@@ -25,33 +27,75 @@ pool_worker_main <- function() {
   .Call(ps_pool_worker_connect)
   become_receiver()
   maps <- new.env(parent = emptyenv())
+  # The tag of the message being run: an error that ends the loop below is
+  # that message's reply.
+  running <- NULL
+  serve <- function() {
+    repeat {
+      msg <- .Call(ps_pool_worker_next)
+      if (is.null(msg)) return(TRUE)
+      running <<- msg[[1L]]
+      reply <- if (msg[[4L]]) pool_worker_plain(msg[[2L]], msg[[3L]], maps) else pool_worker_run(msg[[2L]], msg[[3L]], maps)
+      if (!pool_worker_reply(running, reply)) return(TRUE)
+    }
+  }
+  # One handler for many messages (setting one up per message would cost
+  # more than a small task): after an error it is set up again.
   repeat {
-    msg <- .Call(ps_pool_worker_next)
-    if (is.null(msg)) break
-    reply <- tryCatch(pool_worker_run(msg[[2L]], msg[[3L]], maps),
-                      error = function(e) pool_error_reply(NA_integer_, e))
-    if (!isTRUE(.Call(ps_pool_worker_reply, msg[[1L]], reply))) break
+    done <- tryCatch(serve(), error = function(e) {
+      .Call(ps_task_state, FALSE)
+      !pool_worker_reply(running, pool_error_reply(NA_integer_, e))
+    })
+    if (done) break
   }
   invisible()
 }
 
-pool_worker_run <- function(payload, release, maps) {
+# Sends a reply; FALSE when the pool is stopping. A reply holds handles only
+# while this worker's handle scope is open (see worker_result()): else it is
+# plain, and the master reads it in one step.
+pool_worker_reply <- function(tag, reply) {
+  isTRUE(.Call(ps_pool_worker_reply, tag, reply, !isTRUE(worker_scope_open$open)))
+}
+
+# Before a message: the handle scope of the previous reply is closed, and
+# with `release` the segments handed over with earlier replies are let go.
+pool_worker_begin <- function(release) {
   if (isTRUE(worker_scope_open$open)) {
     .Call(ps_scope, -1L)
     worker_scope_open$open <- FALSE
   }
-  .Call(ps_task_state, TRUE)
-  on.exit(.Call(ps_task_state, FALSE))
-  # (an error here or in a call's FUN is the reply's, see pool_worker_main())
   if (release) .Call(ps_release_handoffs)
-  msg <- unserialize(payload)
-  # What earlier messages left (a map's data, a foreach loop's state) goes
-  # when a message does not continue it, before the views of segments
-  # released since are collected.
-  if (!is.null(maps$id) && (!identical(msg$op, "chunk") || !is.null(msg$stage))) {
+}
+
+# What earlier messages left (a map's data, a foreach loop's state) goes when
+# a message does not continue it (`op` "chunk" of the same map or "loop" of
+# the same foreach loop, not `starting` a new one), before the views of
+# segments released since are collected.
+pool_worker_forget <- function(maps, op = "call", starting = TRUE) {
+  if (!is.null(maps$id) && (op != "chunk" || starting)) {
     for (k in c("id", "run", "X", "seed")) maps[[k]] <- NULL
   }
-  if (!is.null(doshm_state$loop) && (!identical(msg$op, "loop") || !is.null(msg$task$setup))) doshm_forget()
+  if (!is.null(doshm_state$loop) && (op != "loop" || starting)) doshm_forget()
+}
+
+# A plain call (no handle inside: see plain_call() in R/pool.R), run in one
+# step in C (src/pool_messages.c); a value worth sharing is shared here.
+pool_worker_plain <- function(payload, release, maps) {
+  pool_worker_begin(release)
+  pool_worker_forget(maps)
+  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
+  out <- .Call(ps_pool_run_plain, payload)
+  if (is.raw(out)) return(out)
+  pool_ok_reply(worker_result(list(value = out[[1L]], visible = TRUE), out[[2L]]))
+}
+
+pool_worker_run <- function(payload, release, maps) {
+  pool_worker_begin(release)
+  .Call(ps_task_state, TRUE)
+  on.exit(.Call(ps_task_state, FALSE))
+  msg <- unserialize(payload)
+  pool_worker_forget(maps, msg$op, !is.null(msg$stage) || !is.null(msg$task$setup))
   collect_stale_views()
   switch(msg$op,
          call = pool_worker_call(msg),

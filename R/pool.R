@@ -73,13 +73,13 @@ shm_call <- function(FUN, ...) {
   }
   tag <- pool_next_tag()
   msg <- list(op = "call", FUN = FUN, args = args, threshold = threshold)
-  payload <- if (handles) with_handles(serialize(msg, NULL, xdr = FALSE)) else serialize(msg, NULL, xdr = FALSE)
+  payload <- if (handles) with_handles(serialize(msg, NULL, xdr = FALSE)) else .Call(ps_serialize_native, msg)
   task <- new.env(parent = emptyenv())
   task$tag <- tag
   # (the shared arguments stay referenced until the worker has its result)
   task$keep <- keep
   class(task) <- "pageshare_task"
-  pool_submit(tag, payload, list(kind = "call", task = task))
+  pool_submit(tag, payload, list(kind = "call", task = task, plain = !handles))
   task
 }
 
@@ -117,8 +117,4 @@ print.pageshare_task <- function(x, ...) {
 # Nothing to share: no argument reaches the threshold (nor holds a view) and
 # FUN carries no frame of its own (its environment is the global environment
 # or a namespace). Then a task skips the sharing walk.
-plain_call <- function(FUN, args, threshold) {
-  env <- environment(FUN)
-  (is.null(env) || identical(env, globalenv()) || isNamespace(env)) &&
-    !isTRUE(.Call(ps_worth_walking, args, threshold))
-}
+plain_call <- function(FUN, args, threshold) .Call(ps_plain_call, FUN, args, threshold)

@@ -21,6 +21,7 @@
 #define A2 (a, b)
 #define A3 (a, b, c)
 #define A4 (a, b, c, d)
+#define A5 (a, b, c, d, e)
 #define A7 (a, b, c, d, e, f, g)
 #define A10 (a, b, c, d, e, f, g, h, i, j)
 
@@ -36,13 +37,14 @@
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
   X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                       \
-  X(ps_pool_start, 7) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_send, 4)                     \
+  X(ps_pool_start, 7) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_send, 5)                     \
   X(ps_pool_receive, 2) X(ps_pool_vacate, 1) X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)    \
-  X(ps_pool_worker_next, 0) X(ps_pool_worker_reply, 2) X(ps_rng_stream, 2)
+  X(ps_pool_worker_next, 0) X(ps_pool_worker_reply, 3) X(ps_rng_stream, 2)
 
 #define C_ENTRY_POINTS(X)                                                                          \
   X(ps_serialized_size, 1) X(ps_binding, 2) X(ps_restore_binding, 5) X(ps_unlock_binding, 2)       \
-  X(ps_run_iterations, 3)
+  X(ps_run_iterations, 3) X(ps_serialize_native, 1) X(ps_unserialize, 1) X(ps_pool_run_plain, 1)    \
+  X(ps_plain_call, 3)
 
 #define SHELL(name, n)                                                                             \
   SEXP name##_rs P##n;                                                                             \

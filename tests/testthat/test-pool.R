@@ -66,6 +66,22 @@ test_that("arguments are values: a symbol or a call is sent as data", {
   expect_identical(shm_map(1:2, function(i, s) s, s = quote(b)), list(quote(b), quote(b)))
 })
 
+test_that("a plain call passes names, NULL, functions, environments and byte code as values", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  f <- function(a, b = "b", ...) list(a = a, b = b, dots = list(...))
+  expect_identical(shm_value(shm_call(f, NULL, extra = 1:3)), list(a = NULL, b = "b", dots = list(extra = 1:3)))
+  expect_identical(shm_value(shm_call(f, b = 2, 1)), list(a = 1, b = 2, dots = list()))
+  expect_identical(shm_value(shm_call(function(g) g(4), sqrt)), 2)
+  expect_identical(shm_value(shm_call(function(e) get("v", e), list2env(list(v = "in env")))), "in env")
+  code <- compiler::compile(quote(1 + 1))
+  expect_identical(shm_value(shm_call(function(x) typeof(x), code)), "bytecode")
+  expect_identical(shm_value(shm_call(nchar, "four")), 4L)
+  # an error in one plain call leaves the worker ready for the next
+  expect_error(shm_value(shm_call(function() stop("plain boom"))), "plain boom")
+  expect_identical(shm_value(shm_call(function(...) sum(...), 1, 2, 3)), 6)
+})
+
 test_that("a large value is taken over when its reply arrives, not when it is collected", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)

@@ -196,17 +196,21 @@ pub extern "C" fn ps_pool_pids_rs() -> SEXP {
 /// The bit of a message's tag that tells the worker its master holds every
 /// result it handed over before (see R/pool-worker.R).
 const RELEASE: u64 = 1 << 63;
+/// The bit of a message's tag that says it is a plain call (no handle inside,
+/// see plain_call() in R/pool.R), which the worker runs in one step.
+const PLAIN: u64 = 1 << 62;
 
-/// Sends `payload` with `tag` (and `release`, see [`RELEASE`]) to the worker
-/// in `slot` (1-based). Returns 0 when sent, 1 when that worker is gone, 2
-/// when the user interrupted.
+/// Sends `payload` with `tag` (and `release`, see [`RELEASE`], and `plain`,
+/// see [`PLAIN`]) to the worker in `slot` (1-based). Returns 0 when sent, 1
+/// when that worker is gone, 2 when the user interrupted.
 #[no_mangle]
-pub extern "C" fn ps_pool_send_rs(slot: SEXP, tag: SEXP, payload: SEXP, release: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_send_rs(slot: SEXP, tag: SEXP, payload: SEXP, release: SEXP, plain: SEXP) -> SEXP {
     entry(|| {
         let guard = pool()?;
         let p = guard.as_ref().ok_or_else(no_pool)?;
         let slot = slot_arg(slot, p.size())?;
-        let tag = as_real(tag)? as u64 | if crate::args::flag_arg(release)? { RELEASE } else { 0 };
+        let flag = |x, bit| -> Result<u64, RError> { Ok(if crate::args::flag_arg(x)? { bit } else { 0 }) };
+        let tag = as_real(tag)? as u64 | flag(release, RELEASE)? | flag(plain, PLAIN)?;
         let bytes = raw_arg(payload, "payload")?;
         let status = match p.send(slot, tag, bytes, Patience::default(), &mut master_give_up(None)) {
             Ok(()) => 0,
@@ -222,8 +226,9 @@ pub extern "C" fn ps_pool_send_rs(slot: SEXP, tag: SEXP, payload: SEXP, release:
 
 /// The next event of the pool, waiting at most `timeout` seconds (NA: no
 /// limit), spinning for up to `spin` microseconds before it sleeps:
-/// `list(0, slot, tag, payload)` a message, `list(1, slot, 0, pid)` a worker
-/// died, `list(2, ...)` the user interrupted, `list(3, ...)` time up.
+/// `list(0, slot, tag, payload, plain)` a message (`plain`: it holds no
+/// handle, see [`PLAIN`]), `list(1, slot, 0, pid, FALSE)` a worker died,
+/// `list(2, ...)` the user interrupted, `list(3, ...)` time up.
 #[no_mangle]
 pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
     entry(|| {
@@ -240,10 +245,10 @@ pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
         let got = p.receive_any(&mut buf, patience, &mut master_give_up(deadline));
         let mut scope = Protect::new();
         let (code, slot, tag, last) = match got {
-            Ok(Received::Message { slot, tag }) => (0, slot as i32 + 1, tag as f64, scope.protect(raw_vec(&buf)?)?),
-            Ok(Received::Died { slot, pid }) => (1, slot as i32 + 1, 0.0, scope.protect(scalar_integer(pid as i32)?)?),
-            Err(RingError::Stopped(StopReason::Interrupted)) => (2, 0, 0.0, nil()),
-            Err(RingError::Stopped(_)) => (3, 0, 0.0, nil()),
+            Ok(Received::Message { slot, tag }) => (0, slot as i32 + 1, tag, scope.protect(raw_vec(&buf)?)?),
+            Ok(Received::Died { slot, pid }) => (1, slot as i32 + 1, 0, scope.protect(scalar_integer(pid as i32)?)?),
+            Err(RingError::Stopped(StopReason::Interrupted)) => (2, 0, 0, nil()),
+            Err(RingError::Stopped(_)) => (3, 0, 0, nil()),
             Err(RingError::Corrupt(why)) => {
                 return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
             }
@@ -253,11 +258,12 @@ pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
     })
 }
 
-fn event(scope: &mut Protect, code: i32, slot: i32, tag: f64, last: SEXP) -> Result<SEXP, RError> {
+fn event(scope: &mut Protect, code: i32, slot: i32, tag: u64, last: SEXP) -> Result<SEXP, RError> {
     let code = scope.protect(scalar_integer(code)?)?;
     let slot = scope.protect(scalar_integer(slot)?)?;
-    let tag = scope.protect(crate::r_calls::scalar_real(tag)?)?;
-    list_of(&[code, slot, tag, last])
+    let plain = scope.protect(crate::r_calls::scalar_logical((tag & PLAIN != 0) as i32)?)?;
+    let tag = scope.protect(crate::r_calls::scalar_real((tag & !PLAIN) as f64)?)?;
+    list_of(&[code, slot, tag, last, plain])
 }
 
 /// Ends the worker in `slot` (if alive) and leaves the slot empty; returns the
@@ -272,7 +278,7 @@ pub extern "C" fn ps_pool_vacate_rs(slot: SEXP) -> SEXP {
         let tags = alloc_vector(SEXPTYPE::REALSXP, unread.len() as R_xlen_t)?;
         for (i, t) in unread.iter().enumerate() {
             // SAFETY: `tags` is a new double vector of unread.len() elements.
-            unsafe { *REAL(tags).add(i) = (t & !RELEASE) as f64 };
+            unsafe { *REAL(tags).add(i) = (t & !(RELEASE | PLAIN)) as f64 };
         }
         Ok(tags)
     })
@@ -320,7 +326,7 @@ fn worker() -> Result<&'static Connection, RError> {
     WORKER.get().ok_or_else(|| RError::argument("this process is not a worker of pageshare's pool"))
 }
 
-/// A worker: the next task as `list(tag, payload, release)`, waiting as long as it
+/// A worker: the next task as `list(tag, payload, release, plain)`, waiting as long as it
 /// takes; NULL when the pool closed this worker's ring (the pool stopped).
 #[no_mangle]
 pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
@@ -332,11 +338,12 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
         match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
             Ok(tag) => {
                 let mut scope = Protect::new();
-                let t = scope.protect(crate::r_calls::scalar_real((tag & !RELEASE) as f64)?)?;
+                let t = scope.protect(crate::r_calls::scalar_real((tag & !(RELEASE | PLAIN)) as f64)?)?;
                 let payload = scope.protect(raw_vec(&buf)?)?;
                 let release = scope.protect(crate::r_calls::scalar_logical((tag & RELEASE != 0) as i32)?)?;
+                let plain = scope.protect(crate::r_calls::scalar_logical((tag & PLAIN != 0) as i32)?)?;
                 shrink(&mut buf);
-                list_of(&[t, payload, release])
+                list_of(&[t, payload, release, plain])
             }
             Err(RingError::Stopped(_)) => Ok(nil()),
             Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
@@ -344,13 +351,13 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
     })
 }
 
-/// A worker: sends `payload` with `tag` to the master. FALSE if the ring is
-/// closed (the pool is stopping).
+/// A worker: sends `payload` with `tag` (and `plain`: it holds no handle) to
+/// the master. FALSE if the ring is closed (the pool is stopping).
 #[no_mangle]
-pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP, plain: SEXP) -> SEXP {
     entry(|| {
         let c = worker()?;
-        let tag = as_real(tag)? as u64;
+        let tag = as_real(tag)? as u64 | if crate::args::flag_arg(plain)? { PLAIN } else { 0 };
         let bytes = raw_arg(payload, "payload")?;
         let sent = match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
             Ok(()) => true,
