@@ -6,8 +6,8 @@
 //! - [`glibc_mmapped_chunk`]: glibc's private chunk header (size word with its
 //!   IS_MMAPPED bit, the alignment offset in `prev_size`) of a block served
 //!   from an mmap() region of its own.
-//! - [`private_memory_covers`] and friends: /proc/self/maps, to check that a
-//!   range is this process's private memory before its pages are replaced.
+//! - [`private_memory_covers`] and friends: to check that a range is this
+//!   process's private memory before its pages are replaced (mappings.rs).
 //! - [`map_private_over`]: moves a private file mapping over live pages with
 //!   `mremap(MREMAP_MAYMOVE | MREMAP_FIXED)` (never a bare `MAP_FIXED`), and
 //!   [`refill_anonymous`], the way back; neither ever ends the process.
@@ -17,6 +17,7 @@
 //! Every assumption is listed in R/foreign-internals.R (pageshare's inventory
 //! of what it relies on beyond documented APIs).
 
+use super::mappings::private_mappings_cover;
 use super::pages::{page_size, read_word};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
@@ -91,41 +92,6 @@ pub fn private_memory_covers(start: usize, end: usize, file_ok: impl Fn(&str) ->
 /// that were written are private copies: [`has_private_pages`] tells.
 pub fn private_file_mapping_covers(start: usize, end: usize, path: &str) -> bool {
     private_mappings_cover(start, end, |p| p.is_some_and(|p| p == path || p.strip_suffix(" (deleted)") == Some(path)))
-}
-
-/// Is [start, end) covered, without gaps, by rw-p mappings each of which
-/// `ok` accepts: `None` for anonymous memory, else the mapped file's path as
-/// /proc/self/maps prints it?
-fn private_mappings_cover(start: usize, end: usize, ok: impl Fn(Option<&str>) -> bool) -> bool {
-    // (bytes, not a String: a mapped file's name need not be UTF-8)
-    let Ok(raw) = std::fs::read("/proc/self/maps") else { return false };
-    let maps = String::from_utf8_lossy(&raw);
-    let mut areas: Vec<(usize, usize, bool)> = Vec::new();
-    for line in maps.lines() {
-        let mut f = line.splitn(6, ' ');
-        let (Some(range), Some(perms), Some(_off), Some(_dev), Some(inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            return false;
-        };
-        let path = f.next().unwrap_or("").trim();
-        let Some((a, b)) = range.split_once('-') else { return false };
-        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { return false };
-        if b <= start || a >= end {
-            continue;
-        }
-        let mapped = if inode == "0" && path.is_empty() { None } else { Some(path) };
-        areas.push((a, b, perms == "rw-p" && (mapped != Some("") && ok(mapped))));
-    }
-    areas.sort();
-    let mut covered = start;
-    for (a, b, ok) in areas {
-        if !ok || a > covered {
-            return false;
-        }
-        covered = covered.max(b);
-    }
-    covered >= end
 }
 
 /// Is [start, end) plain private anonymous memory of this process?

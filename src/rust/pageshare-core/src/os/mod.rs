@@ -7,6 +7,7 @@
 //! - `memfd`: memory files, seals, descriptor placement and limits, locks;
 //! - `pages`: page size, fault-free reads, prefixed private file mappings;
 //! - `pagemap`: which pages of a range this process has written;
+//! - `mappings`: which mappings cover a range of this process's memory;
 //! - `futex`: parking on and waking a word in shared memory;
 //! - `local_socket`: Unix-domain sockets, peer credentials, passing a descriptor;
 //! - `glibc_page_handover`: everything that depends on glibc's malloc layout
@@ -15,6 +16,7 @@
 mod futex;
 mod glibc_page_handover;
 mod local_socket;
+mod mappings;
 mod memfd;
 mod pagemap;
 mod pages;
