@@ -31,8 +31,7 @@ pool_drive <- function(job) {
     # an earlier job that ended early: then wait for a reply)
     left <- is.null(job$failure) && job_fill(job)
     if ((!left && job$outstanding == 0L) || !is.null(job$failure)) break
-    if (!sum(shm_pool$inflight)) pageshare_stop("pool_out_of_step", 0L, "none", "a job's")
-    pool_wait_event()
+    if (pool_wait_event() == 4L) pageshare_stop("pool_out_of_step", 0L, "none", "a job's")
   }
   # Items that other workers still run finish in the background: their
   # replies are dropped (the job, held by their pending entries, keeps what
@@ -50,14 +49,14 @@ job_fill <- function(job) {
     item <- job$next_item(slot, !pid %in% job$seen)
     if (is.null(item)) return(FALSE)
     job$outstanding <- job$outstanding + 1L
-    if (shm_pool$inflight[slot] > 0L && !pool_fits_busy(length(item$payload))) {
+    if (!.Call(ps_pool_has_room, slot, length(item$payload))) {
       # (too large for a busy worker's ring: it waits for an idle one)
       job_requeue(job, item$info)
       if (is.na(pool_free_slot(length(item$payload), job$slots))) return(TRUE)
       next
     }
     job$seen <- c(job$seen, pid)
-    pool_send(slot, pool_next_tag(), item$payload, list(kind = "job", job = job, info = item$info))
+    pool_submit(item$payload, list(job = job, info = item$info), slot = slot)
   }
 }
 
@@ -102,9 +101,8 @@ pool_call_each <- function(FUN, ...) {
   tasks <- lapply(seq_along(shm_pool$pids), function(slot) {
     task <- new.env(parent = emptyenv())
     class(task) <- "pageshare_task"
-    task$tag <- pool_next_tag()
     task$generation <- shm_pool$generation
-    pool_send(slot, task$tag, msg, list(kind = "call", task = task))
+    task$tag <- pool_submit(msg, task, slot = slot, resend = TRUE)
     task
   })
   lapply(tasks, shm_value)

@@ -86,7 +86,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
   handles <- !fall_back(state) && length(state$views) > 0L
   stage <- list(FUN = FUN, X = X, dots = dots, seed = seed)
   stage <- if (handles) with_handles(serialize(stage, NULL, xdr = FALSE)) else serialize(stage, NULL, xdr = FALSE)
-  id <- pool_next_tag()
+  id <- shm_pool$next_map <- (shm_pool$next_map %||% 0) + 1
   threshold <- share_threshold()
   map <- new.env(parent = emptyenv())
   map$next_i <- 1

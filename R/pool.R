@@ -71,15 +71,14 @@ shm_call <- function(FUN, ...) {
     handles <- !fall_back(state) && length(state$views) > 0L
     keep <- state$views
   }
-  tag <- pool_next_tag()
   msg <- list(op = "call", FUN = FUN, args = args, threshold = threshold)
   payload <- if (handles) with_handles(serialize(msg, NULL, xdr = FALSE)) else .Call(ps_serialize_native, msg)
   task <- new.env(parent = emptyenv())
-  task$tag <- tag
   # (the shared arguments stay referenced until the worker has its result)
   task$keep <- keep
+  task$generation <- shm_pool$generation
   class(task) <- "pageshare_task"
-  pool_submit(tag, payload, list(kind = "call", task = task, plain = !handles))
+  task$tag <- pool_submit(payload, task, plain = !handles)
   task
 }
 
@@ -91,11 +90,9 @@ shm_value <- function(task) {
   }
   while (is.null(task$reply)) {
     # (a task of a pool stopped since, or one that no message carries any more)
-    if (!identical(task$generation, shm_pool$generation) ||
-        (!sum(shm_pool$inflight) && !shm_pool$queue$size())) {
+    if (!identical(task$generation, shm_pool$generation) || pool_wait_event() == 4L) {
       pageshare_stop("task_lost", format(task$tag))
     }
-    pool_wait_event()
   }
   reply <- task$reply
   if (identical(reply$status, "died")) {

@@ -15,6 +15,7 @@
 #define P4 (SEXP a, SEXP b, SEXP c, SEXP d)
 #define P5 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e)
 #define P7 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f, SEXP g)
+#define P8 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f, SEXP g, SEXP h)
 #define P10 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f, SEXP g, SEXP h, SEXP i, SEXP j)
 #define A0 ()
 #define A1 (a)
@@ -23,6 +24,7 @@
 #define A4 (a, b, c, d)
 #define A5 (a, b, c, d, e)
 #define A7 (a, b, c, d, e, f, g)
+#define A8 (a, b, c, d, e, f, g, h)
 #define A10 (a, b, c, d, e, f, g, h, i, j)
 
 /* name, number of arguments */
@@ -37,8 +39,9 @@
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
   X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                       \
-  X(ps_pool_start, 7) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_send, 5)                     \
-  X(ps_pool_receive, 2) X(ps_pool_vacate, 1) X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)    \
+  X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
+  X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0) X(ps_pool_next_event, 2)   \
+  X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)    \
   X(ps_pool_worker_next, 0) X(ps_pool_worker_reply, 3) X(ps_rng_stream, 2)
 
 #define C_ENTRY_POINTS(X)                                                                          \

@@ -226,6 +226,17 @@ test_that("a worker killed while idle is replaced before the next task", {
   expect_identical(got, as.list(1:6))
   expect_false(victim %in% pool_pids())
   expect_identical(unlist(shm_map(1:10, identity)), 1:10)
+  # the only worker of a pool: calls sent to it while it was dead wait for
+  # its successor (they never hang)
+  start_workers(1)
+  victim <- pool_pids()
+  tools::pskill(victim, tools::SIGKILL)
+  expect_true(pids_gone(victim))
+  expect_warning(tasks <- lapply(1:3, function(i) shm_call(function(i) -i, i)), NA)
+  expect_warning(got <- lapply(tasks, shm_value), class = "pageshare_worker_replaced")
+  expect_identical(got, list(-1L, -2L, -3L))
+  expect_length(pool_pids(), 1L)
+  expect_false(victim %in% pool_pids())
 })
 
 test_that("a worker killed in memApply(), memLapply() or foreach is reported and replaced", {

@@ -11,10 +11,12 @@
 //! - [`region`]: the shared memory file holding every slot's rings;
 //! - [`handshake`]: how a worker proves it is one the master started;
 //! - [`pool`]: the master's side: start, admit, watch, replace and stop workers;
+//! - [`dispatch`]: the master's bookkeeping of which worker has which message;
 //! - [`worker`]: the worker's side: connect, and die with the master;
 //! - [`rng`]: the random-number stream of each element of a map.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod dispatch;
 pub mod handshake;
 pub mod pool;
 pub mod region;

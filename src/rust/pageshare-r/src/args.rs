@@ -41,3 +41,35 @@ pub fn pid_arg(x: SEXP, what: &str) -> Result<u32, RError> {
         Err(RError::argument(format!("`{what}` must be a process id (a whole number >= 1)")))
     }
 }
+
+/// The numbers of a double vector.
+pub fn doubles_arg(x: SEXP, what: &str) -> Result<Vec<f64>, RError> {
+    // SAFETY: a .Call argument on R's main thread.
+    if unsafe { TYPEOF(x) } != SEXPTYPE::REALSXP {
+        return Err(RError::argument(format!("`{what}` must be a double vector")));
+    }
+    // SAFETY: a double vector of XLENGTH elements.
+    Ok(unsafe { std::slice::from_raw_parts(REAL(x), Rf_xlength(x) as usize) }.to_vec())
+}
+
+/// 0-based slots from R's 1-based ones (NULL: every slot, as `None`), each
+/// below `size`.
+pub fn slots_arg(x: SEXP, size: usize) -> Result<Option<Vec<usize>>, RError> {
+    // SAFETY: a .Call argument on R's main thread.
+    if unsafe { TYPEOF(x) } == SEXPTYPE::NILSXP {
+        return Ok(None);
+    }
+    let v = r_calls::coerce_vector(x, SEXPTYPE::INTSXP)?;
+    // SAFETY: an integer vector of XLENGTH elements.
+    let ints = unsafe { std::slice::from_raw_parts(INTEGER(v), Rf_xlength(v) as usize) };
+    ints.iter()
+        .map(|&s| {
+            if s >= 1 && (s as usize) <= size {
+                Ok(s as usize - 1)
+            } else {
+                Err(RError::argument(format!("worker slot {s} is not one of the pool's 1..{size}")))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}

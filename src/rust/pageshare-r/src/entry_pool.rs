@@ -13,7 +13,8 @@ use crate::r_calls::{
     alloc_vector, as_integer, as_real, interrupted, list_of, raw_vec, scalar_integer, string_arg, Protect,
 };
 use crate::r_sys::*;
-use pageshare_pool::pool::{Launch, Pool, Received};
+use pageshare_pool::dispatch::Dispatch;
+use pageshare_pool::pool::{Launch, Pool};
 use pageshare_pool::ring::RingError;
 use pageshare_pool::rng::stream_after;
 use pageshare_pool::wait::{Patience, StopReason};
@@ -21,8 +22,32 @@ use pageshare_pool::worker::{connect_from_env, Connection};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The master's side of a running pool: its workers and what each has.
+pub struct Master {
+    pub pool: Pool,
+    /// The keys of what R does with each message's reply (see r_store.rs).
+    pub dispatch: Dispatch<usize>,
+    /// While fewer workers than this are busy, the master spins for a reply
+    /// before it sleeps (else its spinning would slow them down).
+    pub cores: usize,
+    pub spin: Duration,
+    /// Replies of the pool may be sent to a worker as soon as R has read
+    /// the last reply (see entry_pool_messages.rs).
+    pub dispatch_due: bool,
+}
+
+impl Master {
+    /// Stops the workers; what R kept with their messages is let go.
+    fn stop(mut self) {
+        self.pool.stop();
+        for key in self.dispatch.drain() {
+            crate::r_store::take(key);
+        }
+    }
+}
+
 /// The master's pool, if one is running.
-static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+static POOL: Mutex<Option<Master>> = Mutex::new(None);
 /// This process's connection to its master, if it is a worker.
 static WORKER: OnceLock<Connection> = OnceLock::new();
 /// Reused for every message received (no allocation per message).
@@ -31,7 +56,7 @@ static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// The pool, locked. R is single-threaded, so the lock is only ever contended
 /// when R code that runs while we wait (an interrupt check may run event
 /// handlers) calls into the pool again: that is an error, never a deadlock.
-fn pool() -> Result<MutexGuard<'static, Option<Pool>>, RError> {
+pub fn pool() -> Result<MutexGuard<'static, Option<Master>>, RError> {
     let guard = match POOL.try_lock() {
         Ok(g) => g,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
@@ -56,20 +81,20 @@ static POOL_OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::
 /// A message buffer that grew past this is given back after use.
 const BUFFER_KEEP: usize = 1 << 20;
 
-fn shrink(buf: &mut Vec<u8>) {
+pub fn shrink(buf: &mut Vec<u8>) {
     if buf.capacity() > 4 * BUFFER_KEEP {
         buf.clear();
         buf.shrink_to(BUFFER_KEEP);
     }
 }
 
-fn buffer() -> MutexGuard<'static, Vec<u8>> {
+pub fn buffer() -> MutexGuard<'static, Vec<u8>> {
     BUFFER.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Waits of the master end on an interrupt (checked after parked slices, and
 /// now and then while spinning) or at `deadline`.
-fn master_give_up(deadline: Option<Instant>) -> impl FnMut() -> Option<StopReason> {
+pub fn master_give_up(deadline: Option<Instant>) -> impl FnMut() -> Option<StopReason> {
     move || {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             Some(StopReason::TimedOut)
@@ -98,7 +123,7 @@ fn strings_arg(x: SEXP, what: &str) -> Result<Vec<String>, RError> {
         .collect()
 }
 
-fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
+pub fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
     // SAFETY: .Call argument on R's main thread.
     if unsafe { TYPEOF(x) } != SEXPTYPE::RAWSXP {
         return Err(RError::argument(format!("`{what}` must be a raw vector")));
@@ -108,7 +133,7 @@ fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
     Ok(unsafe { std::slice::from_raw_parts(RAW(x), Rf_xlength(x) as usize) })
 }
 
-fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
+pub fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
     let s = as_integer(x)?;
     if s < 1 || s as u64 > size {
         return Err(RError::argument(format!("worker slot {s} is not one of the pool's 1..{size}")));
@@ -116,14 +141,16 @@ fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
     Ok(s as u64 - 1)
 }
 
-fn no_pool() -> RError {
+pub fn no_pool() -> RError {
     RError::argument("pageshare's worker pool is not running")
 }
 
 /// Starts a pool of `n` workers running `program args...` with the extra
 /// environment `env_names`=`env_values`; rings of `capacity` bytes; each
-/// worker must connect within `timeout` seconds. Stops a running pool first.
-/// Returns the workers' process ids.
+/// worker must connect within `timeout` seconds; `limits` is c(depth, cores,
+/// spin): at most `depth` messages per worker, and while fewer than `cores`
+/// workers are busy the master spins `spin` microseconds for a reply before
+/// it sleeps. Stops a running pool first. Returns the workers' process ids.
 #[no_mangle]
 pub extern "C" fn ps_pool_start_rs(
     n: SEXP,
@@ -133,8 +160,13 @@ pub extern "C" fn ps_pool_start_rs(
     env_values: SEXP,
     capacity: SEXP,
     timeout: SEXP,
+    limits: SEXP,
 ) -> SEXP {
     entry(|| {
+        let limits = crate::args::doubles_arg(limits, "limits")?;
+        let &[depth, cores, spin] = limits.as_slice() else {
+            return Err(RError::argument("`limits` must be c(depth, cores, spin)"));
+        };
         let n = as_integer(n)?;
         if n < 1 {
             return Err(RError::argument("a pool needs at least one worker"));
@@ -153,14 +185,22 @@ pub extern "C" fn ps_pool_start_rs(
             connect_timeout: Duration::from_secs_f64(if timeout.is_finite() && timeout > 0.0 { timeout } else { 60.0 }),
         };
         let mut guard = pool()?;
-        if let Some(mut old) = guard.take() {
+        if let Some(old) = guard.take() {
             old.stop();
         }
         let started = Pool::start(n as u64, capacity as u64, launch)
             .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        *guard = Some(started);
+        // (a message larger than a quarter of a ring goes only to an idle worker)
+        let dispatch = Dispatch::new(n as usize, depth.max(1.0) as usize, capacity as usize / 4);
+        *guard = Some(Master {
+            pool: started,
+            dispatch,
+            cores: cores.max(1.0) as usize,
+            spin: Duration::from_micros(spin.clamp(0.0, 1e6) as u64),
+            dispatch_due: false,
+        });
         POOL_OWNER.store(pageshare_core::os::pid(), std::sync::atomic::Ordering::Relaxed);
-        pids(guard.as_ref().expect("just set"))
+        pids(&guard.as_ref().expect("just set").pool)
     })
 }
 
@@ -179,7 +219,9 @@ pub extern "C" fn ps_pool_stop_rs() -> SEXP {
     entry(|| {
         let old = pool()?.take();
         let was = old.is_some();
-        drop(old);
+        if let Some(m) = old {
+            m.stop();
+        }
         crate::r_calls::scalar_logical(was as i32)
     })
 }
@@ -188,111 +230,30 @@ pub extern "C" fn ps_pool_stop_rs() -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_pool_pids_rs() -> SEXP {
     entry(|| match pool()?.as_ref() {
-        Some(p) => pids(p),
+        Some(m) => pids(&m.pool),
         None => alloc_vector(SEXPTYPE::INTSXP, 0),
     })
 }
 
 /// The bit of a message's tag that tells the worker its master holds every
 /// result it handed over before (see R/pool-worker.R).
-const RELEASE: u64 = 1 << 63;
-/// The bit of a message's tag that says it is a plain call (no handle inside,
-/// see plain_call() in R/pool.R), which the worker runs in one step.
-const PLAIN: u64 = 1 << 62;
-
-/// Sends `payload` with `tag` (and `release`, see [`RELEASE`], and `plain`,
-/// see [`PLAIN`]) to the worker in `slot` (1-based). Returns 0 when sent, 1
-/// when that worker is gone, 2 when the user interrupted.
-#[no_mangle]
-pub extern "C" fn ps_pool_send_rs(slot: SEXP, tag: SEXP, payload: SEXP, release: SEXP, plain: SEXP) -> SEXP {
-    entry(|| {
-        let guard = pool()?;
-        let p = guard.as_ref().ok_or_else(no_pool)?;
-        let slot = slot_arg(slot, p.size())?;
-        let flag = |x, bit| -> Result<u64, RError> { Ok(if crate::args::flag_arg(x)? { bit } else { 0 }) };
-        let tag = as_real(tag)? as u64 | flag(release, RELEASE)? | flag(plain, PLAIN)?;
-        let bytes = raw_arg(payload, "payload")?;
-        let status = match p.send(slot, tag, bytes, Patience::default(), &mut master_give_up(None)) {
-            Ok(()) => 0,
-            Err(RingError::Stopped(StopReason::Closed)) => 1,
-            Err(RingError::Stopped(_)) => 2,
-            Err(RingError::Corrupt(why)) => {
-                return Err(RError::system(format!("the pool's task ring is damaged: {why}")))
-            }
-        };
-        scalar_integer(status)
-    })
-}
-
-/// The next event of the pool, waiting at most `timeout` seconds (NA: no
-/// limit), spinning for up to `spin` microseconds before it sleeps:
-/// `list(0, slot, tag, payload, plain)` a message (`plain`: it holds no
-/// handle, see [`PLAIN`]), `list(1, slot, 0, pid, FALSE)` a worker died,
-/// `list(2, ...)` the user interrupted, `list(3, ...)` time up.
-#[no_mangle]
-pub extern "C" fn ps_pool_receive_rs(timeout: SEXP, spin: SEXP) -> SEXP {
-    entry(|| {
-        let t = as_real(timeout)?;
-        let spin = as_real(spin)?;
-        let patience = Patience {
-            spin: Duration::from_micros(if spin.is_finite() && spin > 0.0 { spin.min(1e6) as u64 } else { 0 }),
-            ..Patience::default()
-        };
-        let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
-        let mut guard = pool()?;
-        let p = guard.as_mut().ok_or_else(no_pool)?;
-        let mut buf = buffer();
-        let got = p.receive_any(&mut buf, patience, &mut master_give_up(deadline));
-        let mut scope = Protect::new();
-        let (code, slot, tag, last) = match got {
-            Ok(Received::Message { slot, tag }) => (0, slot as i32 + 1, tag, scope.protect(raw_vec(&buf)?)?),
-            Ok(Received::Died { slot, pid }) => (1, slot as i32 + 1, 0, scope.protect(scalar_integer(pid as i32)?)?),
-            Err(RingError::Stopped(StopReason::Interrupted)) => (2, 0, 0, nil()),
-            Err(RingError::Stopped(_)) => (3, 0, 0, nil()),
-            Err(RingError::Corrupt(why)) => {
-                return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
-            }
-        };
-        shrink(&mut buf);
-        event(&mut scope, code, slot, tag, last)
-    })
-}
-
-fn event(scope: &mut Protect, code: i32, slot: i32, tag: u64, last: SEXP) -> Result<SEXP, RError> {
-    let code = scope.protect(scalar_integer(code)?)?;
-    let slot = scope.protect(scalar_integer(slot)?)?;
-    let plain = scope.protect(crate::r_calls::scalar_logical((tag & PLAIN != 0) as i32)?)?;
-    let tag = scope.protect(crate::r_calls::scalar_real((tag & !PLAIN) as f64)?)?;
-    list_of(&[code, slot, tag, last, plain])
-}
-
-/// Ends the worker in `slot` (if alive) and leaves the slot empty; returns the
-/// tags of the messages it never began.
-#[no_mangle]
-pub extern "C" fn ps_pool_vacate_rs(slot: SEXP) -> SEXP {
-    entry(|| {
-        let mut guard = pool()?;
-        let p = guard.as_mut().ok_or_else(no_pool)?;
-        let slot = slot_arg(slot, p.size())?;
-        let unread = p.vacate(slot);
-        let tags = alloc_vector(SEXPTYPE::REALSXP, unread.len() as R_xlen_t)?;
-        for (i, t) in unread.iter().enumerate() {
-            // SAFETY: `tags` is a new double vector of unread.len() elements.
-            unsafe { *REAL(tags).add(i) = (t & !(RELEASE | PLAIN)) as f64 };
-        }
-        Ok(tags)
-    })
-}
+pub const RELEASE: u64 = 1 << 63;
+/// The bit of a message's tag that says it holds no handle (see plain_call()
+/// in R/pool.R): the worker runs such a call in one step, the master reads
+/// such a reply in one step.
+pub const PLAIN: u64 = 1 << 62;
 
 /// Starts a worker in the empty `slot`; returns its process id.
 #[no_mangle]
 pub extern "C" fn ps_pool_fill_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let mut guard = pool()?;
-        let p = guard.as_mut().ok_or_else(no_pool)?;
-        let slot = slot_arg(slot, p.size())?;
-        p.fill(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        scalar_integer(p.pid(slot) as i32)
+        let m = guard.as_mut().ok_or_else(no_pool)?;
+        let slot = slot_arg(slot, m.pool.size())?;
+        m.pool.fill(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
+        m.dispatch.filled(slot as usize);
+        crate::entry_pool_messages::send_waiting(m)?;
+        scalar_integer(m.pool.pid(slot) as i32)
     })
 }
 
@@ -301,9 +262,9 @@ pub extern "C" fn ps_pool_fill_rs(slot: SEXP) -> SEXP {
 pub extern "C" fn ps_pool_stderr_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let guard = pool()?;
-        let p = guard.as_ref().ok_or_else(no_pool)?;
-        let slot = slot_arg(slot, p.size())?;
-        crate::r_calls::scalar_string(&p.stderr_tail(slot))
+        let m = guard.as_ref().ok_or_else(no_pool)?;
+        let slot = slot_arg(slot, m.pool.size())?;
+        crate::r_calls::scalar_string(&m.pool.stderr_tail(slot))
     })
 }
 
