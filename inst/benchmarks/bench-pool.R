@@ -34,12 +34,16 @@ old_pool <- function(expr) {   # pageshare's front doors on the PSOCK pool
   expr
 }
 
-# Runs each function of `systems` once per round, in turn; prints medians (in
-# `unit`) and ratios to the first.
+# Runs each function of `systems` once per round, in turn, each round starting
+# one system further on (so that no system always follows the same other);
+# prints medians (in `unit`) and ratios to the first.
 compare <- function(title, systems, unit = "ms", scale = 1) {
   for (f in systems) f()   # (warm: workers started, code loaded)
   times <- matrix(NA_real_, rounds, length(systems), dimnames = list(NULL, names(systems)))
-  for (r in seq_len(rounds)) for (s in names(systems)) times[r, s] <- systems[[s]]() * scale
+  k <- length(systems)
+  for (r in seq_len(rounds)) {
+    for (s in names(systems)[(seq_len(k) + r - 2L) %% k + 1L]) times[r, s] <- systems[[s]]() * scale
+  }
   med <- apply(times, 2, median)
   cat(sprintf("\n%s (median of %d rounds)\n", title, rounds))
   for (s in names(med)) {
