@@ -114,4 +114,4 @@ print.pageshare_task <- function(x, ...) {
 # Nothing to share: no argument reaches the threshold (nor holds a view) and
 # FUN carries no frame of its own (its environment is the global environment
 # or a namespace). Then a task skips the sharing walk.
-plain_call <- function(FUN, args, threshold) .Call(ps_plain_call, FUN, args, threshold)
+plain_call <- function(FUN, args, threshold) .Call(ps_plain_call, environment(FUN), args, threshold)

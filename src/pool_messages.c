@@ -91,10 +91,8 @@ SEXP ps_unserialize(SEXP raw) {
 static SEXP call_of(SEXP fun, SEXP args) {
   R_xlen_t n = XLENGTH(args);
   SEXP names = Rf_getAttrib(args, R_NamesSymbol);
-  SEXP call = PROTECT(Rf_allocList(n + 1));
-  SET_TYPEOF(call, LANGSXP);
-  SETCAR(call, fun);
-  SEXP cell = CDR(call);
+  SEXP arglist = PROTECT(Rf_allocList(n));
+  SEXP cell = arglist;
   for (R_xlen_t i = 0; i < n; i++, cell = CDR(cell)) {
     SEXP value = VECTOR_ELT(args, i);
     int type = TYPEOF(value);
@@ -107,6 +105,7 @@ static SEXP call_of(SEXP fun, SEXP args) {
       if (*name) SET_TAG(cell, Rf_install(name));
     }
   }
+  SEXP call = Rf_lcons(fun, arglist);
   UNPROTECT(1);
   return call;
 }
@@ -124,14 +123,12 @@ static int is_vector_or_list(SEXP x) {
   }
 }
 
-/* Is FUN(args) a plain call (see plain_call() in R/pool.R)? FUN's
- * environment is none of its own (the global environment or a namespace) and
- * no argument holds data worth sharing or a view. */
-SEXP ps_plain_call(SEXP fun, SEXP args, SEXP threshold) {
-  if (TYPEOF(fun) == CLOSXP) {
-    SEXP env = CLOENV(fun);
-    if (env != R_GlobalEnv && !R_IsNamespaceEnv(env)) return Rf_ScalarLogical(FALSE);
-  }
+/* Is a call of a function whose environment is `env` (NULL for a primitive)
+ * with `args` a plain call (see plain_call() in R/pool.R)? The environment is
+ * none of the function's own (the global environment or a namespace) and no
+ * argument holds data worth sharing or a view. */
+SEXP ps_plain_call(SEXP env, SEXP args, SEXP threshold) {
+  if (env != R_NilValue && env != R_GlobalEnv && !R_IsNamespaceEnv(env)) return Rf_ScalarLogical(FALSE);
   return Rf_ScalarLogical(Rf_asLogical(rust(ps_worth_walking_rs(args, threshold))) != TRUE);
 }
 
