@@ -14,7 +14,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # hold segments of their own meanwhile.
 export PAGESHARE_TEST_RUN="$$-$(date +%s%N)"
 started_by_this_run() {
-  tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | grep -qx "PAGESHARE_TEST_RUN=$PAGESHARE_TEST_RUN"
+  tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | grep -qx "PAGESHARE_TEST_RUN=$PAGESHARE_TEST_RUN"
 }
 
 # What holds or names pageshare segments now: processes of this run with a
