@@ -40,11 +40,13 @@
 #'     initialized.}
 #'   \item{`pageshare_missing_package`}{A package a front door needs is not
 #'     installed.}
-#'   \item{`pageshare_worker_died`}{A worker of pageshare's own pool died
-#'     during a call (the message names its pid and task); the pool is
-#'     stopped and the next call starts a new one.}
-#'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([memApply()],
-#'     [memLapply()]).}
+#'   \item{`pageshare_worker_died`}{A worker died while it ran a task (killed,
+#'     crashed, out of memory; the message names its pid and the task). A
+#'     worker of pageshare's own pool is replaced and the next call runs
+#'     normally.}
+#'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([shm_value()],
+#'     [shm_map()], [memApply()], [memLapply()]): the condition's `parent` is
+#'     `FUN`'s own condition, with its class and call.}
 #'   \item{`pageshare_system`}{Any other failure of the operating system (the
 #'     message names the call and the system's reason).}
 #'   \item{`pageshare_internal`}{A bug in pageshare; please report it.}
@@ -52,8 +54,8 @@
 #' Warnings (below `pageshare_warning`): `pageshare_fallback` when a backend
 #' sends data by plain serialization because they could not be shared;
 #' `pageshare_worker_replaced` when a worker of pageshare's own pool died
-#' while it was idle (the message names its pid) and a new pool was started
-#' for the call, which then runs normally.
+#' while it was idle (the message names its pid): a new worker takes its
+#' place and the call runs normally.
 #'
 #' @name pageshare_conditions
 #' @examples

@@ -15,8 +15,8 @@
 #' also inside lists and data frames, and such values bound in the frames an
 #' exported closure carries (a function made inside another function; swapped
 #' for views while the loop's tasks are sent and put back afterwards). If a
-#' value cannot be shared (for instance because the segment directory is
-#' full), it is sent by plain serialization with one warning.
+#' value cannot be shared (for instance because there is not enough memory for
+#' a segment), it is sent by plain serialization with one warning.
 #'
 #' Iterations are grouped into tasks of consecutive iterations, by default
 #' one task per worker (as doFuture and `parLapply()` do), so that many tiny
@@ -44,6 +44,15 @@
 #' `.inorder`, `.multicombine`, `.maxcombine`), nested loops (`%:%`) and
 #' `when()` are handled by foreach as usual.
 #'
+#' @section Errors:
+#' An error in the loop's body is handled as `.errorhandling` says, as with
+#' doParallel. Conditions of pageshare's own (see [pageshare_conditions]):
+#' `pageshare_bad_argument` (`cl` not a cluster, a bad `cores`),
+#' `pageshare_missing_package` (foreach is not installed),
+#' `pageshare_worker_died` (a worker died during the loop; it is replaced),
+#' `pageshare_worker_setup` (a worker cannot load pageshare or its
+#' packages), and the warning `pageshare_fallback` when data that could not be
+#' shared went by plain serialization.
 #' @param cl A cluster made by `parallel::makePSOCKcluster()` on this machine
 #'   (pageshare is loaded on its workers now), or a number of workers, or
 #'   missing: then pageshare's own worker pool is used (started at the first
@@ -93,7 +102,7 @@ registerDoShm <- function(cl, cores = NULL, ...) {
     data <- list(cluster = cl, cores = length(cl), nocompile = nocompile,
                  local = is_local_cluster(cl))
   } else {
-    pageshare_stop("not_cluster", sprintf("an object of class %s", paste(class(cl), collapse = "/")))
+    pageshare_stop("not_cluster", "cl", " (or a number of workers)", sprintf("an object of class %s", paste(class(cl), collapse = "/")))
   }
   foreach::setDoPar(doshm_backend, data, doshm_info)
   invisible(NULL)

@@ -65,17 +65,25 @@
 #'   size too, until the plan is set again).
 #'
 #' @section Fallback:
-#' If a global cannot be put into shared memory (for example because the
-#' segment directory is full), the future is sent by plain serialization, as
+#' If a global cannot be put into shared memory (for example because there is
+#' not enough memory for a segment), the future is sent by plain serialization, as
 #' `multisession` would send it, with one warning. `shm_multisession` never
 #' fails where `multisession` would succeed.
+#'
+#' @section Errors:
+#' A future's own errors come back as under `multisession`. Conditions of
+#' pageshare's (see [pageshare_conditions]): `pageshare_worker_setup` when
+#' the workers cannot load pageshare (the message names the library paths),
+#' `pageshare_bad_argument` for a bad `workers`; the warning
+#' `pageshare_fallback` when a global went by plain serialization.
 #'
 #' @section future >= 1.40:
 #' The function also carries a `"factory"` attribute for the `FutureBackend`
 #' API of future 1.40 and later: a `MultisessionFutureBackend` whose futures
 #' get the same treatment of globals and results in `launchFuture()`.
-#' Verified with future 1.70.0 (future.tests 1.0.0 gives the same result as for
-#' `multisession`, and this package's tests pass); see the README.
+#' This package's tests pass with future 1.31 (Debian 12), 1.34 (Debian 13)
+#' and 1.75 (Debian unstable); future.tests 1.0.0 gave the same results as for
+#' `multisession` with future 1.70.
 #'
 #' @param ... Further arguments passed on as to [future::multisession()]
 #'   (for example `rscript_startup`).

@@ -18,6 +18,15 @@
 #' workers' global environments; without `CLUSTER`, pageshare's persistent
 #' worker pool is reused (no cluster is started per call).
 #'
+#' @section Errors:
+#' Conditions (see [pageshare_conditions]): `pageshare_task_failed` when
+#' `FUN` fails (its `parent` is `FUN`'s own condition; the message names the
+#' row, column or element), `pageshare_worker_died` when a worker dies during
+#' the call, `pageshare_bad_argument` for a bad `X`, `MARGIN`, `VARS` or
+#' `CLUSTER`, `pageshare_not_registered` for a name not registered in
+#' `NAMESPACE`, `pageshare_worker_setup` when a worker cannot load
+#' pageshare; the warning `pageshare_fallback` when data went by plain
+#' serialization.
 #' @param X A matrix or data frame, or the name of a matrix registered with
 #'   [registerVariables()] in `NAMESPACE`.
 #' @param MARGIN `1` for rows, `2` for columns.
@@ -80,6 +89,11 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
 #' once and reach the workers as views. Names of `X` are kept on the result; an
 #' error in `FUN` is an R error naming the element.
 #'
+#' @section Errors:
+#' As for [memApply()]: `pageshare_task_failed` (naming the element, with
+#' `FUN`'s condition as `parent`), `pageshare_worker_died`,
+#' `pageshare_bad_argument`, `pageshare_not_registered`,
+#' `pageshare_worker_setup`; the warning `pageshare_fallback`.
 #' @param X A list (or data frame, or atomic vector), or the name of a vector
 #'   registered with [registerVariables()] in `NAMESPACE`.
 #' @inheritParams memApply
@@ -162,7 +176,9 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
     cl <- pool_workers(MAX.CORES)
     local <- TRUE
   } else {
-    if (!inherits(CLUSTER, "cluster")) pageshare_stop("not_cluster", describe_object(CLUSTER))
+    if (!inherits(CLUSTER, "cluster")) {
+      pageshare_stop("not_cluster", "CLUSTER", " (or NULL: pageshare's own pool)", describe_object(CLUSTER))
+    }
     cl <- CLUSTER
     local <- is_local_cluster(cl)
   }

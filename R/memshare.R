@@ -28,9 +28,11 @@ registered_here <- function(namespace) {
 #' owns the segments until [releaseVariables()], package unload or exit.
 #'
 #' @section Errors:
-#' An unnamed list, an element of an unsupported type (the error names it),
-#' a name already registered by any process (the error names the holder's pid),
-#' or too little shared memory.
+#' Conditions (see [pageshare_conditions]): `pageshare_bad_argument` for an
+#' unnamed list or a bad `namespace`, `pageshare_unsupported_type` for an
+#' element that cannot be shared (the error names it), `pageshare_name_taken`
+#' for a name already registered by another live process (the error names
+#' its pid), `pageshare_no_space` when memory for the segment is lacking.
 #' @param namespace A single string naming the namespace.
 #' @param variableList A named list of vectors or matrices (logical, integer,
 #'   double, complex or raw; attributes are kept).
@@ -72,6 +74,12 @@ registerVariables <- function(namespace, variableList) {
 #'   process on this machine).
 #' @return A named list of views, one per name. An unknown name is an error that
 #'   lists what this process has registered in the namespace.
+#' @section Errors:
+#' Conditions (see [pageshare_conditions]): `pageshare_not_registered` for a
+#' name nobody registered in `namespace`, `pageshare_segment_gone` when its
+#' process released it or exited meanwhile, `pageshare_permission` or
+#' `pageshare_invalid_segment` for an index entry that is not to be trusted
+#' (another user's, damaged or forged).
 #' @examples
 #' registerVariables("demo2", list(X = matrix(1:6, 2)))
 #' v <- retrieveViews("demo2", "X")

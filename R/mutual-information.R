@@ -82,7 +82,7 @@
 #' 4 / n^0.2 above 1024 points) pads a 512-point grid; each class is binned to
 #' its nearest grid point and smoothed by (I + l^2 D2'D2 + 2 l D1'D1)^-1,
 #' l = min(#distinct x, 250) / 4; MI sums f ln(f / p) dx over cells with
-#' f > `eps`. Known defects of that estimator (documented in issue 14): it is
+#' f > `eps`. Known defects of that estimator: it is
 #' biased low by 3-23% on Gaussian mixtures, saturates for separated classes,
 #' depends on outliers (the smoothing width follows the range) and gives
 #' negative values for heavily tied data. One difference: memshare draws a

@@ -83,86 +83,99 @@
 #' options(old)
 NULL
 
-# Each option's default, stated once: `default` is set when the package loads
-# (a function is called then; NULL sets nothing), unless the option is set
-# already or its environment variable `env` is (read through `parse`);
+# Each option, stated once: `must` (what its value must be, for messages)
+# and `ok` (the check of a value set); `default` is set when the package
+# loads (a function is called then; NULL sets nothing), unless the option is
+# set already or its environment variable `env` is (read through `parse`);
 # `unset` is what pageshare_option() answers while the option is unset
 # (a function is called then), when it differs from `default`. An option
 # without `env` is not set at load: it reads as its default.
+is_byte_size <- function(v) is_number(v, min = 0)
 option_defaults <- list(
   pageshare.cache_limit = list(env = "PAGESHARE_CACHE_LIMIT", parse = as.numeric,
                                default = function() tryCatch(0.25 * .Call(ps_free_bytes),
                                                              error = function(e) Inf),
-                               unset = Inf),
-  pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity),
-  pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric),
-  pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical),
-  pageshare.share_results = list(default = TRUE),
-  pageshare.pool = list(env = "PAGESHARE_POOL", default = "shm", parse = identity),
-  pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric),
-  pageshare.worker_vsize = list(env = "PAGESHARE_WORKER_VSIZE", default = 16 * 2^20, parse = as.numeric),
+                               unset = Inf, must = "a number of bytes >= 0 (Inf: no limit)", ok = is_byte_size),
+  pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity,
+                       must = "an existing directory", ok = function(v) is_string(v) && dir.exists(v)),
+  pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric,
+                                    must = "a number of bytes >= 0 (Inf: no limit)", ok = is_byte_size),
+  pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical,
+                                  must = "TRUE or FALSE", ok = is_flag),
+  pageshare.share_results = list(default = TRUE, must = "TRUE or FALSE", ok = is_flag),
+  pageshare.pool = list(env = "PAGESHARE_POOL", default = "shm", parse = identity,
+                        must = "\"shm\" or \"psock\"", ok = function(v) is_string(v) && v %in% c("shm", "psock")),
+  pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric,
+                             must = "a number of bytes >= 0", ok = is_byte_size),
+  pageshare.worker_vsize = list(env = "PAGESHARE_WORKER_VSIZE", default = 16 * 2^20, parse = as.numeric,
+                                must = "a number of bytes of at least 1 MiB (1048576), or NA for R's default",
+                                ok = function(v) (length(v) == 1L && is.atomic(v) && is.na(v)) ||
+                                  is_number(v, min = 2^20, finite = TRUE)),
   # Unset by default and counted when a pool starts (worker_count()): loading
   # parallelly in every process that loads pageshare, workers included, costs
   # each ~10 MB.
   pageshare.workers = list(env = "PAGESHARE_WORKERS", default = NULL, parse = as.numeric,
-                           unset = function() default_worker_count())
+                           unset = function() default_worker_count(),
+                           must = "a whole number of workers >= 1", ok = is_whole_count)
 )
+
+# The options set from environment variables when the package loaded
+# (name -> list(variable, value)), named in the messages about them.
+options_from_env <- new.env(parent = emptyenv())
 
 load_option_defaults <- function() {
   for (name in names(option_defaults)) {
     spec <- option_defaults[[name]]
     if (is.null(spec$env) || !is.null(getOption(name))) next
     env <- Sys.getenv(spec$env, "")
-    value <- if (nzchar(env)) spec$parse(env)
-             else if (is.function(spec$default)) spec$default() else spec$default
+    value <- if (nzchar(env)) {
+      # (text that does not parse is kept as it is: its use is an error naming it)
+      parsed <- suppressWarnings(spec$parse(env))
+      if (length(parsed) == 1L && is.na(parsed) && env != "NA") env else parsed
+    } else if (is.function(spec$default)) spec$default() else spec$default
+    if (nzchar(env)) options_from_env[[name]] <- list(variable = spec$env, value = value)
     if (!is.null(value)) options(stats::setNames(list(value), name))
   }
 }
 
 # The value of pageshare's option `name`, or its default while it is unset.
+# A value that breaks the option's rule is a pageshare_bad_argument error
+# naming the option, where its value came from, and the value.
 pageshare_option <- function(name) {
   value <- getOption(name)
-  if (!is.null(value)) return(value)
   spec <- option_defaults[[name]]
-  unset <- if ("unset" %in% names(spec)) spec$unset else spec$default
-  if (is.function(unset)) unset() else unset
-}
-
-# A size option: a single number of at least `min` bytes, else the error `key`.
-size_option <- function(name, key, min = 0) {
-  value <- pageshare_option(name)
-  if (!is_number(value, min = min)) pageshare_stop(key)
+  if (is.null(value)) {
+    unset <- if ("unset" %in% names(spec)) spec$unset else spec$default
+    return(if (is.function(unset)) unset() else unset)
+  }
+  if (!spec$ok(value)) {
+    from <- options_from_env[[name]]
+    origin <- if (!is.null(from) && identical(from$value, value)) {
+      sprintf(" (set by the environment variable %s)", from$variable)
+    } else ""
+    pageshare_stop("option_value", name, origin, spec$must, describe_value(value), name)
+  }
   value
 }
 
-segment_dir <- function() {
-  dir <- pageshare_option("pageshare.dir")
-  if (!is_string(dir) || !dir.exists(dir)) {
-    pageshare_stop("dir_option", paste(format(dir), collapse = " "))
-  }
-  normalizePath(dir, mustWork = TRUE)
-}
+segment_dir <- function() normalizePath(pageshare_option("pageshare.dir"), mustWork = TRUE)
 
 share_threshold <- function() {
   # (read for every task: the option as set, checked, is the quick answer)
   value <- getOption("pageshare.threshold")
-  if (is_number(value, min = 0)) value else size_option("pageshare.threshold", "threshold_option")
+  if (is_number(value, min = 0)) value else pageshare_option("pageshare.threshold")
 }
 
-# (A cache limit that is not a size means no limit.)
-cache_limit <- function() {
-  l <- pageshare_option("pageshare.cache_limit")
-  if (is_number(l, min = 0)) l else Inf
-}
+cache_limit <- function() pageshare_option("pageshare.cache_limit")
 
-release_source <- function() isTRUE(pageshare_option("pageshare.release_source")) && isTRUE(page_handover_enabled())
+release_source <- function() pageshare_option("pageshare.release_source") && isTRUE(page_handover_enabled())
 
-share_results_enabled <- function() isTRUE(pageshare_option("pageshare.share_results"))
+share_results_enabled <- function() pageshare_option("pageshare.share_results")
 
 # Hand option pageshare.max_shared_bytes to the Rust side, which checks it at
 # every segment it makes; called before each call that may make one.
 sync_shared_budget <- function() {
-  .Call(ps_set_budget, as.double(size_option("pageshare.max_shared_bytes", "budget_option")))
+  .Call(ps_set_budget, as.double(pageshare_option("pageshare.max_shared_bytes")))
 }
 
 # The Rscript arguments that set the vector heap of a worker pageshare starts
@@ -172,9 +185,6 @@ sync_shared_budget <- function() {
 worker_heap_args <- function(rscript_args = NULL) {
   v <- pageshare_option("pageshare.worker_vsize")
   off <- length(v) == 1L && is.atomic(v) && is.na(v)
-  if (!off && !is_number(v, min = 2^20, finite = TRUE)) {
-    pageshare_stop("worker_vsize_option")
-  }
   if (off || nzchar(Sys.getenv("R_VSIZE")) ||
       any(grepl("^--min-vsize", as.character(rscript_args)))) {
     return(rscript_args)

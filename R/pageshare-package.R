@@ -1,12 +1,43 @@
 #' pageshare: zero-copy shared memory for R's parallel workers
 #'
-#' pageshare moves large vectors into POSIX shared memory once; parallel workers
-#' read the same pages through read-only ALTREP views that behave like ordinary R
-#' vectors. See [share()] for the low-level interface, [with_handles()] for when
-#' views travel as handles, [pageshare_options] for the options, and
-#' [registerVariables()] for the memshare-compatible API.
+#' pageshare puts large vectors into sealed shared memory once; parallel
+#' workers read the same pages through read-only ALTREP views that behave like
+#' ordinary R vectors, instead of each receiving a serialized copy. Your code
+#' changes in one line.
 #'
-#' @keywords internal
+#' @section Front doors:
+#' * **future**: `plan(`[shm_multisession]`)` in place of
+#'   `plan(multisession)`; `future()`, future.apply, furrr and doFuture code
+#'   runs unchanged, and large globals and large results travel as shared
+#'   segments.
+#' * **foreach**: [registerDoShm()] in place of `registerDoParallel()`; loops
+#'   run on pageshare's own pool, or on a PSOCK cluster you give it.
+#' * **memshare's API**: [registerVariables()], [retrieveViews()],
+#'   [releaseViews()], [releaseVariables()], [retrieveMetadata()],
+#'   [pageList()], [memshare_gc()], and [memApply()] / [memLapply()], which
+#'   apply a function over the rows, columns or elements of shared data.
+#' * **pageshare's own pool**: [start_workers()], [shm_call()] /
+#'   [shm_value()] and [shm_map()], tasks over shared-memory rings instead of
+#'   sockets (see `vignette("worker-pool")`); [stop_workers()] stops it.
+#'
+#' @section Sharing by hand:
+#' [share()] makes a view of a vector; [with_handles()] makes views serialize
+#' as handles of a few hundred bytes; [is_shared()], [shared_info()] and
+#' [shared_segments()] tell what is shared; [forget_shared()] and
+#' [sweep_shared()] clean up.
+#'
+#' @section Options, errors and more:
+#' [pageshare_options] lists the options (the threshold from which a vector is
+#' shared, the pool, the worker count ...); [pageshare_conditions] lists the
+#' classes of the conditions pageshare signals. [mutual_information()] is a
+#' mutual-information screen of many features against classes, on shared
+#' data. Vignettes: `vignette("worker-pool")`, `vignette("view-contract")`,
+#' `vignette("mutual-information")`.
+#'
+#' @examples
+#' X <- share(matrix(runif(2e5), ncol = 20))   # a view of shared pages
+#' is_shared(X)
+#' shared_info(X)$bytes
 #' @useDynLib pageshare, .registration = TRUE
 "_PACKAGE"
 
@@ -42,7 +73,9 @@ arm_gc_hook <- function() {
   gc_hook$armed <- TRUE
   reg.finalizer(new.env(parent = emptyenv()), function(e) {
     gc_hook$armed <- FALSE
-    if (is.loaded("ps_cache_evict", PACKAGE = "pageshare")) .Call(ps_cache_evict, cache_limit())
+    # (a bad option is reported by the next share, not from inside a collection)
+    limit <- tryCatch(cache_limit(), error = function(e) Inf)
+    if (is.loaded("ps_cache_evict", PACKAGE = "pageshare")) .Call(ps_cache_evict, limit)
   })
   invisible()
 }

@@ -132,11 +132,37 @@ is_shared <- function(x) .Call(ps_is_view, x)
 #'   private copy), `memfd` (the segment's name as /proc shows its mappings
 #'   and descriptors) and `source_released` (bytes of the source's own pages
 #'   that became the segment's when this process shared it, see [share()]).
+#'   It prints as a short description.
 #' @examples
 #' v <- share(runif(1000))
-#' str(shared_info(v))
+#' shared_info(v)
+#' shared_info(v)$owner_pid == Sys.getpid()
 #' @export
-shared_info <- function(x) .Call(ps_view_info, x)
+shared_info <- function(x) {
+  info <- .Call(ps_view_info, x)
+  if (is.null(info)) info else structure(info, class = "pageshare_info")
+}
+
+#' @export
+print.pageshare_info <- function(x, ...) {
+  held <- if (isTRUE(x$owned_here)) "held by this process" else sprintf("held by process %d", x$owner_pid)
+  cat(sprintf("<pageshare view: %s %s of %s, %s>\n", format(x$length, big.mark = ",", scientific = FALSE), x$type,
+              format_bytes(x$bytes), if (isTRUE(x$private_copy)) "now a private copy" else "shared"))
+  cat(sprintf("  segment %s (%s, %s)\n", x$name, format_bytes(x$segment_bytes), held))
+  if (x$materializations > 0) cat(sprintf("  copied out %s time(s)\n", format(x$materializations)))
+  if (x$source_released > 0) cat(sprintf("  %s of the source's own memory given to the segment\n", format_bytes(x$source_released)))
+  invisible(x)
+}
+
+# Bytes in IEC units (KiB, MiB, GiB: powers of 1024), as users read them.
+format_bytes <- function(n) {
+  units <- c("B", "KiB", "MiB", "GiB", "TiB")
+  vapply(n, function(b) {
+    if (is.na(b)) return(NA_character_)
+    k <- if (b < 1024) 1L else min(length(units), floor(log(b, 1024)) + 1L)
+    if (k == 1L) sprintf("%.0f B", b) else sprintf("%.1f %s", b / 1024^(k - 1L), units[k])
+  }, "")
+}
 
 #' Evaluate code with views serializing as handles
 #'
@@ -187,13 +213,33 @@ sweep_shared <- function() invisible(.Call(ps_sweep, segment_dir()))
 #'   holds, from the index under `getOption("pageshare.dir")`. Segments are
 #'   anonymous memory files: one that no process holds or maps any more is
 #'   gone, whatever happened to its owner.
-#' @return A character vector of segment names.
+#' @return A data frame, one row per segment sorted by name: `name`,
+#'   `type` and `length` (of its data; NA for a named segment this process
+#'   does not map), `bytes` (of the segment), `owner_pid` (the process that
+#'   holds it), `owned_here`, and `views` (how many views of it this process
+#'   has, counting the one the identity cache of [share()] keeps). Sizes print
+#'   in IEC units.
 #' @examples
-#' v <- share(rnorm(10))
+#' v <- share(rnorm(1e5))
 #' shared_segments()
+#' shared_segments()$name
 #' @export
 shared_segments <- function(all = FALSE) {
-  if (isTRUE(all)) .Call(ps_list_segments, segment_dir()) else .Call(ps_mapped)
+  cols <- .Call(ps_segments_table, if (isTRUE(all)) segment_dir() else "", isTRUE(all))
+  structure(as.data.frame(cols, stringsAsFactors = FALSE), class = c("pageshare_segments", "data.frame"))
+}
+
+#' @export
+print.pageshare_segments <- function(x, ...) {
+  if (!nrow(x)) {
+    cat("<no pageshare segments>\n")
+    return(invisible(x))
+  }
+  shown <- as.data.frame(unclass(x), stringsAsFactors = FALSE)
+  shown$length <- format(x$length, big.mark = ",", scientific = FALSE)
+  shown$bytes <- format_bytes(x$bytes)
+  print(shown, ...)
+  invisible(x)
 }
 
 #' Forget which objects were shared

@@ -30,18 +30,19 @@
 /* name, number of arguments */
 #define RUST_ENTRY_POINTS(X)                                                                       \
   X(ps_share, 4) X(ps_share_packed, 3) X(ps_is_view, 1) X(ps_view_info, 1) X(ps_scope, 1)          \
-  X(ps_worth_walking, 2) X(ps_sweep, 1) X(ps_list_segments, 1) X(ps_register, 7) X(ps_retrieve, 3) \
-  X(ps_is_current, 4) X(ps_set_attributes, 2) X(ps_release, 2) X(ps_held, 0) X(ps_mapped, 0)       \
+  X(ps_worth_walking, 2) X(ps_sweep, 1) X(ps_register, 7) X(ps_retrieve, 3)                        \
+  X(ps_is_current, 4) X(ps_set_attributes, 2) X(ps_release, 2) X(ps_held, 0)                       \
   X(ps_mapped_stale, 0) X(ps_release_all, 0) X(ps_cache_size, 0) X(ps_cache_evict, 1)              \
   X(ps_cache_entries, 0) X(ps_disown, 1) X(ps_adopt, 1) X(ps_namespace_variables, 2)               \
   X(ps_free_bytes, 0) X(ps_release_handoffs, 0) X(ps_set_budget, 1) X(ps_held_bytes, 0)            \
   X(ps_share_mark, 0) X(ps_share_rollback, 1) X(ps_shares_openable, 0)                             \
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
   X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
-  X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                       \
+  X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                      \
+  X(ps_segments_table, 2)                                                                          \
   X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
   X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0) X(ps_pool_next_event, 2)   \
-  X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)    \
+  X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \
   X(ps_pool_worker_next, 0) X(ps_pool_worker_reply, 3) X(ps_rng_stream, 2)
 
 #define C_ENTRY_POINTS(X)                                                                          \

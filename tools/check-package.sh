@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The package as users get it: `R CMD build`, then `R CMD check` of the
-# tarball (installation from the tarball, examples, vignette, and the test
-# suite run the way R CMD check runs it: inside the package namespace). Run in
+# The package as users get it: its rendered help checked, `R CMD build`,
+# then `R CMD check` of the tarball (installation from the tarball, examples,
+# vignette, and the test suite run the way R CMD check runs it: inside the
+# package namespace). Run in
 # a temporary directory outside this repository, so that cargo cannot see its
 # workspace. Fails on an ERROR, a WARNING or a NOTE about non-API calls into R;
 # other NOTEs are printed.
@@ -15,6 +16,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 work=$(mktemp -d /tmp/pageshare-check.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 src=$(pwd)
+# The help as users read it: no markup left as text (tools/check-help.R).
+Rscript tools/check-help.R man
 (cd "$work" && R CMD build "$src" >build.log 2>&1) || { cat "$work/build.log"; exit 1; }
 flags=(--no-manual)
 if [ "${1:-}" = "--as-cran" ]; then

@@ -123,7 +123,7 @@ for (op in names(ops)) {
 rm(data, x, M)
 forget_shared()
 invisible(gc())
-left <- shared_segments()
+left <- shared_segments()$name
 # (the DLL stays loaded: R keeps its class registered until the process ends)
 unlink(tmp, recursive = TRUE)
 if (length(left)) warning("segments still mapped: ", paste(left, collapse = ", "))

@@ -17,7 +17,7 @@ skip_unless_root <- function(why) {
 # Segments this R process made and still holds (anonymous names carry the
 # maker's pid).
 own_segments <- function() {
-  grep(sprintf("^pageshare\\.a\\.%d\\.", Sys.getpid()), shared_segments(all = TRUE), value = TRUE)
+  grep(sprintf("^pageshare\\.a\\.%d\\.", Sys.getpid()), shared_segments(all = TRUE)$name, value = TRUE)
 }
 
 # Memory a process holds for itself (kB): its anonymous pages, which include

@@ -4,7 +4,7 @@
 # Segment names in the segment directory owned by this process (other R
 # sessions on the machine may be using pageshare at the same time).
 segments_now <- function() {
-  all <- pageshare::shared_segments(all = TRUE)
+  all <- pageshare::shared_segments(all = TRUE)$name
   all[grepl(paste0(".", Sys.getpid(), "."), all, fixed = TRUE)]
 }
 

@@ -100,7 +100,7 @@ calls_on <- function(ns, var) list(
   retrieveMetadata = function() retrieveMetadata(ns, var),
   registerVariables = function() registerVariables(ns, stats::setNames(list(1:3), var)),
   sweep_shared = function() sweep_shared(),
-  shared_segments = function() shared_segments(all = TRUE),
+  shared_segments = function() shared_segments(all = TRUE)$name,
   # the namespace listing: an unknown name is an error listing what is registered
   namespace_listing = function() retrieveViews(ns, "never_registered"),
   namespace_variables = function() .Call(pageshare:::ps_namespace_variables, ns, pageshare:::segment_dir())
@@ -295,7 +295,7 @@ check_hostile_entry <- function(kind, make) {
   got <- retrieveViews("ns", "good")$good
   expect_identical(got, c(1.5, 2.5), info = kind)
   releaseViews("ns", "good")
-  expect_true("pageshare.n.ns.good" %in% shared_segments(all = TRUE), info = kind)
+  expect_true("pageshare.n.ns.good" %in% shared_segments(all = TRUE)$name, info = kind)
   invisible(outcomes)
 }
 
@@ -503,7 +503,7 @@ test_that("another user's R process cannot open a handle of ours, nor find our n
     "  handle = try1(unserialize(h)),",
     "  by_name = try1(retrieveViews('ns', 'x')),",
     "  sweep = try1(sweep_shared()),",
-    "  listing = try1(shared_segments(all = TRUE)))",
+    "  listing = try1(shared_segments(all = TRUE)$name))",
     sprintf("saveRDS(res, %s)", deparse(result))))
   expect_true(file.exists(result), info = paste(out, collapse = "\n"))
   res <- readRDS(result)
@@ -553,14 +553,14 @@ test_that("a handle or an index entry made by another user's process is refused,
   maps <- function() sum(grepl("memfd:pageshare.", readLines("/proc/self/maps"), fixed = TRUE))
   invisible(gc())
   maps_before <- maps()
-  mapped_before <- shared_segments()
+  mapped_before <- shared_segments()$name
   # (c) their handle, given to us
   r <- attempt(unserialize(readRDS(f("theirs.rds"))))
   expect_s3_class(r$error, "pageshare_invalid_segment")
   expect_match(conditionMessage(r$error), sprintf("belongs to user %d", user$uid))
   expect_false(has_sentinel(r$value))
   expect_identical(maps(), maps_before)
-  expect_identical(shared_segments(), mapped_before)
+  expect_identical(shared_segments()$name, mapped_before)
   # their index entry: in their directory we never look ...
   absent <- list(retrieveViews = "pageshare_not_registered", retrieveMetadata = "pageshare_not_registered",
                  sweep_shared = "value", shared_segments = "value",
@@ -572,7 +572,7 @@ test_that("a handle or an index entry made by another user's process is refused,
   registerVariables("ns", list(good = 1:2))
   on.exit(releaseVariables("ns", "good"), add = TRUE)
   maps_before <- maps()
-  mapped_before <- shared_segments()
+  mapped_before <- shared_segments()$name
   p <- entry_path(base, "theirs", "x")
   stopifnot(system2("cp", c("-p", shQuote(f("their-entry.bin")), shQuote(p))) == 0L)
   expect_identical(as.integer(system2("stat", c("-c", "%u", shQuote(p)), stdout = TRUE)), user$uid)
@@ -595,7 +595,7 @@ test_that("a handle or an index entry made by another user's process is refused,
   err <- tryCatch(retrieveViews("theirs", "x"), error = function(e) e)
   expect_match(conditionMessage(err), sprintf("belongs to user %d", user$uid))
   expect_identical(maps(), maps_before)
-  expect_identical(shared_segments(), mapped_before)
+  expect_identical(shared_segments()$name, mapped_before)
 })
 
 # ---------------------------------------------------------------------------
@@ -667,7 +667,7 @@ receive_elsewhere <- function(handles) {
                   data = if (!inherits(r, "error")) as.double(r[1:3]))
       rm(r)
       invisible(gc())
-      stopifnot(length(pageshare::shared_segments()) == 0L)
+      stopifnot(length(pageshare::shared_segments()$name) == 0L)
       out
     })
   }, args = list(handles = handles))

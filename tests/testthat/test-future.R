@@ -10,13 +10,13 @@ skip_on_os(c("windows", "mac", "solaris"))
 # Segments of this test run: new since the file started, created by this
 # process or by a process that is gone (our workers). Segments of unrelated
 # live processes sharing the directory (other R sessions) are not ours.
-segments_at_start <- pageshare::shared_segments(all = TRUE)
+segments_at_start <- pageshare::shared_segments(all = TRUE)$name
 segments_left <- function() {
   # test_that() environments die without R decrementing reference counts, so
   # the identity cache cannot see that their objects are gone: forget them.
   pageshare::forget_shared()
   for (i in 1:4) invisible(gc())
-  new <- setdiff(pageshare::shared_segments(all = TRUE), segments_at_start)
+  new <- setdiff(pageshare::shared_segments(all = TRUE)$name, segments_at_start)
   pid <- suppressWarnings(as.integer(sub("^pageshare\\.a\\.([0-9]+)\\..*$", "\\1", new)))
   ours <- !is.na(pid) & (pid == Sys.getpid() | !file.exists(sprintf("/proc/%d", pid)))
   new[ours]
@@ -260,10 +260,10 @@ test_that("a worker lets go of a segment the caller unlinked at its next future"
     rm(fs, A)
     pageshare::forget_shared()
     for (i in 1:3) invisible(gc())
-    expect_false(name %in% pageshare::shared_segments(all = TRUE))   # unlinked here
+    expect_false(name %in% pageshare::shared_segments(all = TRUE)$name)   # unlinked here
     fs <- lapply(1:2, function(i) future::future({
       Sys.sleep(0.3)
-      c(Sys.getpid(), name %in% pageshare::shared_segments())        # mapped there?
+      c(Sys.getpid(), name %in% pageshare::shared_segments()$name)        # mapped there?
     }, globals = list(name = name)))
     second <- do.call(rbind, future::value(fs))
     expect_setequal(second[, 1], first[, 1])      # the same two workers

@@ -17,7 +17,7 @@ test_that("kill -9 of an owner: its segments go, its index entries are stale unt
   dead <- background_owner(2L, register = "kill_test")
   live <- background_owner(1L, register = "live_test")
   on.exit({ dead$proc$kill(); live$proc$kill() }, add = TRUE)
-  expect_true(all(c("pageshare.n.kill_test.r", "pageshare.n.live_test.r") %in% shared_segments(all = TRUE)))
+  expect_true(all(c("pageshare.n.kill_test.r", "pageshare.n.live_test.r") %in% shared_segments(all = TRUE)$name))
   got <- unserialize(dead$handle)
   expect_identical(sum(got), sum(as.double(seq_len(1000) + 1)))   # a live owner's handle maps
   rm(got); invisible(gc())
@@ -27,22 +27,22 @@ test_that("kill -9 of an owner: its segments go, its index entries are stale unt
   # the segment itself is gone with its owner: a handle of it is a classed error
   expect_error(unserialize(dead$handle), class = "pageshare_segment_gone")
   expect_true(file.exists(index_entry("kill_test", "r")))          # stale entry left
-  expect_false("pageshare.n.kill_test.r" %in% shared_segments(all = TRUE))
+  expect_false("pageshare.n.kill_test.r" %in% shared_segments(all = TRUE)$name)
   removed <- sweep_shared()
   expect_true("pageshare.n.kill_test.r" %in% removed)
   expect_false(file.exists(index_entry("kill_test", "r")))
-  expect_true("pageshare.n.live_test.r" %in% shared_segments(all = TRUE))
+  expect_true("pageshare.n.live_test.r" %in% shared_segments(all = TRUE)$name)
   # a lookup removes a stale entry too
   again <- background_owner(1L, register = "again_test")
   tools::pskill(again$proc$get_pid(), tools::SIGKILL)
   again$proc$wait(5000)
   expect_error(retrieveViews("again_test", "r"), class = "pageshare_not_registered")
   expect_false(file.exists(index_entry("again_test", "r")))
-  expect_true("pageshare.n.live_test.r" %in% shared_segments(all = TRUE))
+  expect_true("pageshare.n.live_test.r" %in% shared_segments(all = TRUE)$name)
   live$proc$kill()
   live$proc$wait(5000)
   sweep_shared()
-  expect_false("pageshare.n.live_test.r" %in% shared_segments(all = TRUE))
+  expect_false("pageshare.n.live_test.r" %in% shared_segments(all = TRUE)$name)
 })
 
 test_that("a normal exit leaves no index entry", {
@@ -53,7 +53,7 @@ test_that("a normal exit leaves no index entry", {
     invisible()
   })
   expect_false(file.exists(index_entry("exit_test", "a")))
-  expect_false(any(grepl("exit_test", shared_segments(all = TRUE), fixed = TRUE)))
+  expect_false(any(grepl("exit_test", shared_segments(all = TRUE)$name, fixed = TRUE)))
 })
 
 test_that("an exit finalizer can read a view", {

@@ -109,10 +109,10 @@ test_that("VARS: a named list (shared when large) or names of registered variabl
 
 test_that("a large X is shared once and reaches the workers as a view", {
   X <- matrix(rnorm(600 * 500), 600)
-  before <- shared_segments()
+  before <- shared_segments()$name
   r1 <- memApply(X, 2, function(v) sum(v))
   r2 <- memApply(X, 1, function(v) sum(v))
-  new <- setdiff(shared_segments(), before)
+  new <- setdiff(shared_segments()$name, before)
   expect_length(new, 1L)
   expect_identical(new, shared_info(share(X))$name)
   expect_equal(unlist(r1), colSums(X))
@@ -127,13 +127,13 @@ test_that("pool workers let go of a segment the caller unlinked at their next ta
   name <- shared_info(share(X))$name
   r <- memApply(X, 2, function(v) sum(v))
   mapped_on_workers <- function() {
-    unlist(memLapply(list(1, 2), function(i, name) { Sys.sleep(0.2); name %in% pageshare::shared_segments() },
+    unlist(memLapply(list(1, 2), function(i, name) { Sys.sleep(0.2); name %in% pageshare::shared_segments()$name },
                      VARS = list(name = name)))
   }
   rm(X, r)
   forget_shared()
   for (i in 1:3) invisible(gc())
-  expect_false(name %in% shared_segments(all = TRUE))     # unlinked by the caller
+  expect_false(name %in% shared_segments(all = TRUE)$name)     # unlinked by the caller
   expect_identical(mapped_on_workers(), c(FALSE, FALSE))  # and no longer mapped there
 })
 
@@ -163,7 +163,7 @@ test_that("an explicit CLUSTER is used, not stopped, and left clean; MAX.CORES c
   expect_setequal(unique(unlist(r)), pids)
   expect_identical(parallel::clusterEvalQ(cl, ls(globalenv(), all.names = TRUE)), g0)
   expect_error(memApply(X, 2, sum, MAX.CORES = 0), "`MAX.CORES`")
-  expect_error(memApply(X, 2, sum, CLUSTER = "x"), "`cl` must be a cluster")
+  expect_error(memApply(X, 2, sum, CLUSTER = "x"), "`CLUSTER` must be a cluster", class = "pageshare_bad_argument")
 })
 
 test_that("a call on warm workers starts no process and counts no cores", {

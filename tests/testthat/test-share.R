@@ -31,7 +31,7 @@ test_that("shared_info describes a view and NULL otherwise", {
   expect_equal(info$bytes, 8000)
   expect_true(info$owned_here)
   expect_match(info$name, sprintf("^pageshare\\.a\\.%d\\.[0-9a-f]{32}$", Sys.getpid()))
-  expect_true(info$name %in% shared_segments())
+  expect_true(info$name %in% shared_segments()$name)
   # an anonymous memory file of this process, above the socket range, sealed
   expect_gte(info$fd, 1024L)
   expect_identical(Sys.readlink(sprintf("/proc/self/fd/%d", info$fd)), paste(info$memfd, "(deleted)"))
@@ -87,7 +87,7 @@ test_that("saveRDS of a view stores the data, readable after the segment is gone
     saveRDS(v, f)
     shared_info(v)$name
   }, args = list(f = f))
-  expect_false(name %in% shared_segments(all = TRUE))
+  expect_false(name %in% shared_segments(all = TRUE)$name)
   expect_identical(readRDS(f), matrix(as.double(1:20), 4))
 })
 
@@ -211,7 +211,7 @@ test_that("the identity cache never keeps a source alive and drops dead ones", {
     same <- identical(shared_info(share(x))$name, name)
     rm(x, v)
     invisible(gc()); invisible(gc()); invisible(gc())
-    gone <- !(name %in% shared_segments(all = TRUE))
+    gone <- !(name %in% shared_segments(all = TRUE)$name)
     # X <- share(X): the original is not held by the cache
     X <- rnorm(5e6)
     before <- heap_mb()
@@ -222,7 +222,7 @@ test_that("the identity cache never keeps a source alive and drops dead ones", {
     make <- function() { y <- rnorm(5e6); shared_info(share(y))$name }
     name2 <- make()
     invisible(gc()); invisible(gc()); invisible(gc())
-    list(same = same, gone = gone, freed = freed, gone2 = !(name2 %in% shared_segments(all = TRUE)))
+    list(same = same, gone = gone, freed = freed, gone2 = !(name2 %in% shared_segments(all = TRUE)$name))
   })
   expect_true(res$same)
   expect_true(res$gone)

@@ -120,7 +120,7 @@ test_that("a source shared again after forget_shared() moves onto the new segmen
     first <- shared_info(share(x))
     first_mapped <- maps_of(first$memfd)                     # x's pages are the segment's
     forget_shared(); for (i in 1:3) invisible(gc())
-    first_gone <- !first$name %in% shared_segments(all = TRUE)  # nobody holds it any more
+    first_gone <- !first$name %in% shared_segments(all = TRUE)$name  # nobody holds it any more
     second <- shared_info(v <- share(x))
     list(first_mapped = first_mapped, first_gone = first_gone,
          first_released = first$source_released, second_released = second$source_released,

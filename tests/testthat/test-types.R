@@ -150,10 +150,10 @@ test_that("results come back shared: a worker's large value is owned by the rece
   expect_true(info$owned_here)
   expect_identical(info$owner_pid, Sys.getpid())
   parallel::clusterEvalQ(cl, invisible(gc()))     # the worker drops its view: nothing unlinked
-  expect_true(info$name %in% shared_segments(all = TRUE))
+  expect_true(info$name %in% shared_segments(all = TRUE)$name)
   expect_identical(got, sprintf("r%d", 1:20000))
   rm(got); invisible(gc())
-  expect_false(info$name %in% shared_segments(all = TRUE))
+  expect_false(info$name %in% shared_segments(all = TRUE)$name)
 })
 
 char_ops <- list(

@@ -122,7 +122,7 @@ check_workers_exit <- function(signal, how = "callr") {
   expect_true(gone, info = sprintf("workers %s still run %.1f s after their master was killed",
                                    paste(workers, collapse = ", "), took))
   # Nothing of the workers' left in the segment directory (the master shared nothing).
-  segs <- pageshare::shared_segments(all = TRUE)
+  segs <- pageshare::shared_segments(all = TRUE)$name
   expect_false(any(vapply(pids, function(p) any(grepl(sprintf(".%d.", p), segs, fixed = TRUE)), logical(1))))
   invisible(took)
 }

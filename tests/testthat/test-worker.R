@@ -74,9 +74,9 @@ test_that("a received numeric segment is an ordinary vector over the shared page
     dt <- data.table::data.table(a = p)          # a column over the shared pages
     data.table::set(dt, 1L, "a", -42)            # writes in place: a private page
     out$dt_first <- dt$a[1]
-    out$mapped_before <- info$name %in% shared_segments()
+    out$mapped_before <- info$name %in% shared_segments()$name
     rm(p, got, dt); invisible(gc()); invisible(gc())
-    out$mapped_after <- info$name %in% shared_segments()
+    out$mapped_after <- info$name %in% shared_segments()$name
     out
   }, args = list(h = h, x = x, r = r))
   expect_true(res$shared)
@@ -140,7 +140,7 @@ test_that("a worker that receives the same data again maps it once", {
   # When the owner unlinks the segments, the next task start lets go of all.
   step(function(h, hy) { rm(list = ls(globalenv(), pattern = "^kept"), envir = globalenv()); invisible() })
   rm(v, y); forget_shared(); invisible(gc()); invisible(gc())
-  expect_false(any(names %in% shared_segments(all = TRUE)))
+  expect_false(any(names %in% shared_segments(all = TRUE)$name))
   s7 <- step(function(h, hy) { pageshare:::collect_stale_views(); c(state(NULL, 1L), maps2 = state(NULL, 2L)$maps) })
   expect_identical(s7$maps, 0L)
   expect_identical(s7$maps2, 0L)

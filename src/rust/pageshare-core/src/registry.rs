@@ -188,18 +188,42 @@ fn live() -> Vec<Arc<Segment>> {
     state().mappings.values().filter_map(|(w, _)| w.upgrade()).collect()
 }
 
-/// Names of the segments this process holds (made or adopted, not released),
-/// sorted: what other processes can still open through it.
-pub fn owned() -> Vec<String> {
-    let mut v: Vec<String> = live().iter().filter(|s| s.owned_here()).map(|s| s.name().to_string()).collect();
-    v.sort();
-    v
+/// What [`details`] tells about a segment this process maps.
+pub struct Details {
+    pub name: String,
+    pub kind: crate::header::Kind,
+    pub length: u64,
+    pub bytes: u64,
+    pub owner_pid: u32,
+    pub owned_here: bool,
+    /// The views of it in this process (each holds the segment; a name
+    /// registered here holds it too, and is not counted).
+    pub views: usize,
 }
 
-/// Names of the segments this process currently maps, sorted.
-pub fn mapped() -> Vec<String> {
-    let mut v: Vec<String> = live().iter().map(|s| s.name().to_string()).collect();
-    v.sort();
+/// The segments this process maps, sorted by name.
+pub fn details() -> Vec<Details> {
+    let st = state();
+    let mut v: Vec<Details> = st
+        .mappings
+        .values()
+        .filter_map(|(w, _)| w.upgrade())
+        .map(|s| {
+            let registered = st.registered.get(s.name()).is_some_and(|(r, _, _)| Arc::ptr_eq(r, &s));
+            // (less the reference made here, and the registration's)
+            let views = Arc::strong_count(&s).saturating_sub(1 + registered as usize);
+            Details {
+                name: s.name().to_string(),
+                kind: s.header().kind,
+                length: s.header().length,
+                bytes: s.total_size(),
+                owner_pid: s.owner().0,
+                owned_here: s.owned_here(),
+                views,
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| a.name.cmp(&b.name));
     v
 }
 
@@ -267,9 +291,11 @@ mod tests {
         let a = make(&name);
         let b = open(&a.locator(), &name).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        assert!(mapped().contains(&name));
+        let listed = |name: &str| details().into_iter().find(|d| d.name == name);
+        let d = listed(&name).expect("mapped");
+        assert_eq!((d.views, d.owned_here, d.owner_pid, d.length), (2, true, std::process::id(), 4));
         drop((a, b));
-        assert!(!mapped().contains(&name));
+        assert!(listed(&name).is_none());
     }
 
     #[test]

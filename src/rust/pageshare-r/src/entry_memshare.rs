@@ -55,13 +55,18 @@ pub extern "C" fn ps_register_rs(
             }
         };
         let context = |e: RError| e.context(&format!("variable '{var}'"));
+        // (an error about the name itself names the variable already)
+        let index_error = |e: pageshare_core::Error| match e {
+            pageshare_core::Error::Taken { .. } => RError::from(e),
+            e => context(RError::from(e)),
+        };
         // Refuse a held name before copying anything; publishing checks again.
-        index::check_free(&dir, &name).map_err(|e| context(RError::from(e)))?;
+        index::check_free(&dir, &name).map_err(index_error)?;
         let mut scope = Protect::new();
         // SAFETY: a .Call entry point: R's main thread, valid SEXPs.
         let (view, _, seg) = unsafe { copy_into_segment(x, &name, blob, release) }.map_err(context)?;
         scope.protect(view)?;
-        registry::register(&dir, seg).map_err(|e| context(RError::from(e)))?;
+        registry::register(&dir, seg).map_err(index_error)?;
         // SAFETY: `view` is fresh and protected; `attrs` a pairlist.
         unsafe { r_calls::set_attributes(view, attrs)? };
         Ok(view)

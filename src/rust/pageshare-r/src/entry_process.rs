@@ -21,25 +21,74 @@ pub extern "C" fn ps_sweep_rs(dir: SEXP) -> SEXP {
     })
 }
 
-/// The segments that exist for this process's user as far as it can tell: the
-/// ones it holds, and the registered ones some live process holds (from the
-/// index under `dir`). Sorted, for diagnostics and tests.
+/// The segments that exist for this process's user as far as it can tell
+/// (`all`: the ones it holds, and the registered ones some live process holds,
+/// from the index under `dir`), or the ones this process maps, as columns: name, type, length, bytes, owner_pid, owned_here, views
+/// (a named segment another process holds and this one does not map has NA
+/// type and length, and no views).
 #[no_mangle]
-pub extern "C" fn ps_list_segments_rs(dir: SEXP) -> SEXP {
+pub extern "C" fn ps_segments_table_rs(dir: SEXP, all: SEXP) -> SEXP {
     entry(|| {
-        let dir = dir_arg(dir)?;
-        let mut names = registry::owned();
-        names.extend(index::live_names(&dir).map_err(msg)?);
-        names.sort();
-        names.dedup();
-        strings(&names)
+        let all = crate::args::flag_arg(all)?;
+        let mut rows = registry::details();
+        if all {
+            rows.retain(|d| d.owned_here);
+            let dir = dir_arg(dir)?;
+            for name in index::live_names(&dir).map_err(msg)? {
+                if rows.iter().any(|d| d.name == name) {
+                    continue;
+                }
+                // (an entry whose holder ended since the listing is left out)
+                let Ok(loc) = index::lookup(&dir, &name) else { continue };
+                let mapped = registry::details().into_iter().find(|d| d.name == name);
+                rows.push(match mapped {
+                    Some(d) => d,
+                    None => registry::Details {
+                        name,
+                        kind: pageshare_core::header::Kind::Raw,
+                        length: u64::MAX,
+                        bytes: loc.size,
+                        owner_pid: loc.pid,
+                        owned_here: false,
+                        views: 0,
+                    },
+                });
+            }
+            rows.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        let n = rows.len() as R_xlen_t;
+        let mut scope = Protect::new();
+        let names = scope.protect(strings(&rows.iter().map(|d| d.name.clone()).collect::<Vec<_>>())?)?;
+        let types = scope.alloc_vector(SEXPTYPE::STRSXP, n)?;
+        let length = scope.alloc_vector(SEXPTYPE::REALSXP, n)?;
+        let bytes = scope.alloc_vector(SEXPTYPE::REALSXP, n)?;
+        let owner = scope.alloc_vector(SEXPTYPE::INTSXP, n)?;
+        let owned = scope.alloc_vector(SEXPTYPE::LGLSXP, n)?;
+        let views = scope.alloc_vector(SEXPTYPE::INTSXP, n)?;
+        for (i, d) in rows.iter().enumerate() {
+            let known = d.length != u64::MAX;
+            // SAFETY: R's NA string is a constant of R's; the CHARSXP is fresh.
+            let t = if known { r_calls::mk_string(d.kind.name())? } else { unsafe { R_NaString } };
+            // SAFETY: each vector is protected and has n elements; i < n.
+            unsafe {
+                SET_STRING_ELT(types, i as R_xlen_t, t);
+                *REAL(length).add(i) = if known { d.length as f64 } else { R_NaReal };
+                *REAL(bytes).add(i) = d.bytes as f64;
+                *INTEGER(owner).add(i) = d.owner_pid as i32;
+                *LOGICAL(owned).add(i) = d.owned_here as i32;
+                *INTEGER(views).add(i) = d.views as i32;
+            }
+        }
+        named_list(&[
+            ("name", names),
+            ("type", types),
+            ("length", length),
+            ("bytes", bytes),
+            ("owner_pid", owner),
+            ("owned_here", owned),
+            ("views", views),
+        ])
     })
-}
-
-/// Segments mapped in this process.
-#[no_mangle]
-pub extern "C" fn ps_mapped_rs() -> SEXP {
-    entry(|| strings(&registry::mapped()))
 }
 
 /// The number of mapped segments no live process holds any more.
