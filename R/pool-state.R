@@ -110,8 +110,27 @@ pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
          pool_interrupted(),
          NULL,
          NULL,
-         pageshare_stop("pool_out_of_step", ev[[2L]], format(ev[[3L]]), format(ev[[4L]])))
+         pageshare_stop("pool_out_of_step", ev[[2L]], format(ev[[3L]]), format(ev[[4L]])),
+         pool_on_condition(ev[[2L]]))
   ev[[1L]]
+}
+
+# A condition a worker's task signalled (see pool_worker_relay()), signalled
+# again here, in the caller, while it waits: a progressr handler around the
+# call sees the update now; a message or warning is shown as R shows its own.
+pool_on_condition <- function(payload) {
+  cond <- tryCatch(unserialize(payload), error = function(e) NULL)
+  if (!inherits(cond, "condition")) return(invisible())
+  withRestarts({
+    if (inherits(cond, "message")) {
+      message(cond)
+    } else if (inherits(cond, "warning")) {
+      warning(cond)
+    } else {
+      signalCondition(cond)
+    }
+  }, muffleProgression = function(...) NULL, muffleCondition = function(...) NULL)
+  invisible()
 }
 
 pool_on_reply <- function(what, payload, plain) {

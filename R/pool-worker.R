@@ -40,22 +40,39 @@ pool_worker_main <- function() {
     }
   }
   # One handler for many messages (setting one up per message would cost
-  # more than a small task): after an error it is set up again.
+  # more than a small task): after an error it is set up again. Conditions
+  # meant to be seen at once (progressr's updates) go to the master as they
+  # are signalled.
   repeat {
-    done <- tryCatch(serve(), error = function(e) {
-      .Call(ps_task_state, FALSE)
-      !pool_worker_reply(running, pool_error_reply(NA_integer_, e))
-    })
+    done <- tryCatch(withCallingHandlers(serve(), immediateCondition = function(cond) pool_worker_relay(running, cond)),
+                     error = function(e) {
+                       .Call(ps_task_state, FALSE)
+                       !pool_worker_reply(running, pool_error_reply(NA_integer_, e))
+                     })
     if (done) break
   }
   invisible()
+}
+
+# Sends a condition the running task signalled (an "immediateCondition", as
+# future calls those it relays at once: progressr's progress updates) to the
+# master, which signals it again in the caller (pool_on_condition()); here it
+# is then muffled. One that cannot be serialized stays here.
+pool_worker_relay <- function(tag, cond) {
+  bytes <- tryCatch(serialize(cond, NULL, xdr = FALSE), error = function(e) NULL)
+  if (is.null(bytes)) return(invisible())
+  .Call(ps_pool_worker_reply, tag, bytes, FALSE, TRUE)
+  for (name in c("muffleProgression", "muffleMessage", "muffleWarning", "muffleCondition")) {
+    restart <- findRestart(name, cond)
+    if (!is.null(restart)) invokeRestart(restart)
+  }
 }
 
 # Sends a reply; FALSE when the pool is stopping. A reply holds handles only
 # while this worker's handle scope is open (see worker_result()): else it is
 # plain, and the master reads it in one step.
 pool_worker_reply <- function(tag, reply) {
-  isTRUE(.Call(ps_pool_worker_reply, tag, reply, !isTRUE(worker_scope_open$open)))
+  isTRUE(.Call(ps_pool_worker_reply, tag, reply, !isTRUE(worker_scope_open$open), FALSE))
 }
 
 # Before a message: the handle scope of the previous reply is closed, and

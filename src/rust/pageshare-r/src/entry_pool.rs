@@ -242,6 +242,9 @@ pub const RELEASE: u64 = 1 << 63;
 /// in R/pool.R): the worker runs such a call in one step, the master reads
 /// such a reply in one step.
 pub const PLAIN: u64 = 1 << 62;
+/// The bit of a worker's message that says it is not a reply but a condition
+/// its task signalled, relayed at once (see R/pool-worker.R).
+pub const CONDITION: u64 = 1 << 61;
 
 /// Starts a worker in the empty `slot`; returns its process id.
 #[no_mangle]
@@ -312,13 +315,15 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
     })
 }
 
-/// A worker: sends `payload` with `tag` (and `plain`: it holds no handle) to
-/// the master. FALSE if the ring is closed (the pool is stopping).
+/// A worker: sends `payload` with `tag` (and `plain`: it holds no handle;
+/// `condition`: it is a condition of the task, not its reply) to the master.
+/// FALSE if the ring is closed (the pool is stopping).
 #[no_mangle]
-pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP, plain: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP, plain: SEXP, condition: SEXP) -> SEXP {
     entry(|| {
         let c = worker()?;
-        let tag = as_real(tag)? as u64 | if crate::args::flag_arg(plain)? { PLAIN } else { 0 };
+        let flag = |x, bit| -> Result<u64, RError> { Ok(if crate::args::flag_arg(x)? { bit } else { 0 }) };
+        let tag = as_real(tag)? as u64 | flag(plain, PLAIN)? | flag(condition, CONDITION)?;
         let bytes = raw_arg(payload, "payload")?;
         let sent = match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
             Ok(()) => true,

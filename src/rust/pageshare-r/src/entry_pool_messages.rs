@@ -13,7 +13,9 @@
 //! read it and calls [`ps_pool_dispatch_rs`].
 
 use crate::boundary::{entry, RError};
-use crate::entry_pool::{buffer, master_give_up, no_pool, pool, raw_arg, shrink, slot_arg, Master, PLAIN, RELEASE};
+use crate::entry_pool::{
+    buffer, master_give_up, no_pool, pool, raw_arg, shrink, slot_arg, Master, CONDITION, PLAIN, RELEASE,
+};
 use crate::r_calls::{as_real, list_of, raw_vec, scalar_integer, scalar_logical, scalar_real, Protect};
 use crate::r_sys::*;
 use pageshare_pool::dispatch::{FreeSlot, Message, Sent, Waiting};
@@ -192,7 +194,8 @@ pub extern "C" fn ps_pool_dispatch_rs() -> SEXP {
 ///   wait again, first), `waiting`: how many messages wait for a worker;
 /// - `list(2)` the user interrupted, `list(3)` time up, `list(4)` no message
 ///   is out (with `idle` FALSE);
-/// - `list(5, slot, tag, expected)`: a reply out of step (a bug).
+/// - `list(5, slot, tag, expected)`: a reply out of step (a bug);
+/// - `list(6, payload)`: a condition a task signalled, relayed at once.
 #[no_mangle]
 pub extern "C" fn ps_pool_next_event_rs(timeout: SEXP, idle: SEXP) -> SEXP {
     entry(|| {
@@ -213,6 +216,12 @@ pub extern "C" fn ps_pool_next_event_rs(timeout: SEXP, idle: SEXP) -> SEXP {
         let mut buf = buffer();
         let got = m.pool.receive_any(&mut buf, patience, &mut master_give_up(deadline));
         let out = match got {
+            Ok(Received::Message { tag, .. }) if tag & CONDITION != 0 => {
+                let payload = scope.protect(raw_vec(&buf)?)?;
+                shrink(&mut buf);
+                let items = [code_sexp(&mut scope, 6)?, payload];
+                list_of(&items)
+            }
             Ok(Received::Message { slot, tag }) => {
                 let plain = tag & PLAIN != 0;
                 let tag = tag & !PLAIN;
