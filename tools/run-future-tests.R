@@ -16,7 +16,7 @@
 # it is not installed. Exits with status 1 if any test errors or a segment is
 # left. To check future >= 1.40 here, install future, parallelly, globals and
 # future.tests from their public repositories into a private library and run
-# with R_LIBS=<that library> (README, "Versions verified").
+# with R_LIBS=<that library> (DEVELOPING.md, "Versions verified").
 args <- commandArgs(trailingOnly = TRUE)
 if (!requireNamespace("future.tests", quietly = TRUE)) {
   message("future.tests is not installed: skipping the Future API conformance tests")

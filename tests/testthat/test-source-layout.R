@@ -1,11 +1,11 @@
-# README's "Layout" section names every source file and folder of the package,
+# DEVELOPING.md's "Layout" section names every source file and folder of the package,
 # and nothing that is not there: each bullet starts with a folder (`R/`,
 # `src/`, `src/rust/<crate>/src/`, ...) and names the files and subfolders in
-# it. Runs from a source tree (tools/test.sh); R CMD check has no README to read.
+# it. Runs from a source tree (tools/test.sh); R CMD check has no DEVELOPING.md to read.
 
 source_root <- function() {
   for (d in c(file.path(getwd(), "..", ".."), Sys.getenv("PAGESHARE_SOURCE"))) {
-    if (nzchar(d) && file.exists(file.path(d, "README.md")) && dir.exists(file.path(d, "src", "rust"))) {
+    if (nzchar(d) && file.exists(file.path(d, "DEVELOPING.md")) && dir.exists(file.path(d, "src", "rust"))) {
       return(normalizePath(d))
     }
   }
@@ -41,10 +41,10 @@ present_in <- function(root, dir) {
   c(files, dirs)
 }
 
-test_that("README's layout names every source file and folder, and only those", {
+test_that("DEVELOPING.md's layout names every source file and folder, and only those", {
   root <- source_root()
   skip_if(is.null(root), "no source tree here (R CMD check): tools/test.sh runs this test")
-  bullets <- lapply(layout_bullets(file.path(root, "README.md")), named_in)
+  bullets <- lapply(layout_bullets(file.path(root, "DEVELOPING.md")), named_in)
   bullets <- Filter(function(b) grepl("^(R|src)/", b$dir), bullets)
   covered <- vapply(bullets, function(b) b$dir, "")
   required <- c("R/", "src/", "src/rust/pageshare-core/src/", "src/rust/pageshare-r/src/",
@@ -52,11 +52,11 @@ test_that("README's layout names every source file and folder, and only those", 
   expect_true(all(required %in% covered), info = paste(setdiff(required, covered), collapse = ", "))
   for (b in bullets) {
     if (!dir.exists(file.path(root, b$dir))) {
-      fail(paste("README's layout names a folder that is not there:", b$dir))
+      fail(paste("DEVELOPING.md's layout names a folder that is not there:", b$dir))
       next
     }
     present <- present_in(root, b$dir)
-    expect_identical(sort(setdiff(present, b$names)), character(0), info = paste("not in README:", b$dir))
+    expect_identical(sort(setdiff(present, b$names)), character(0), info = paste("not in DEVELOPING.md:", b$dir))
     expect_identical(sort(setdiff(b$names, present)), character(0), info = paste("not in the tree:", b$dir))
   }
 })
