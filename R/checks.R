@@ -51,6 +51,17 @@ check_string <- function(x, arg, key = "not_string") {
   invisible(x)
 }
 
+# `FUN` as a function: a function, or the name of one looked up from where the
+# front door was called (as match.fun() looks it up); else a
+# pageshare_bad_argument error naming `arg` and the value.
+as_function <- function(FUN, arg = "FUN", envir = parent.frame(2)) {
+  if (is.function(FUN)) return(FUN)
+  name <- if (is.symbol(FUN)) as.character(FUN) else if (is_string(FUN)) FUN else NULL
+  f <- if (is.null(name)) NULL else get0(name, envir = envir, mode = "function")
+  if (is.null(f)) pageshare_stop("not_function", arg, describe_value(FUN))
+  f
+}
+
 # `x` must be TRUE or FALSE.
 check_flag <- function(x, arg) {
   if (!is_flag(x)) pageshare_stop("flag", arg)

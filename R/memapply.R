@@ -55,7 +55,7 @@
 #' }
 #' @export
 memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
-  FUN <- match.fun(FUN)
+  FUN <- as_function(FUN)
   if (!is_number(MARGIN) || !MARGIN %in% c(1, 2)) {
     pageshare_stop("margin", paste(format(MARGIN), collapse = " "))
   }
@@ -110,7 +110,7 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
 #' }
 #' @export
 memLapply <- function(X, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
-  FUN <- match.fun(FUN)
+  FUN <- as_function(FUN)
   held <- new.env(parent = emptyenv())
   on.exit(release_held(held), add = TRUE)
   if (is.character(X) && is.null(dim(X)) && length(X) == 1L && !is.null(NAMESPACE)) {

@@ -233,6 +233,9 @@ viewList <- function() as.list(held_view_names())
 #' @export
 memshare_gc <- function(namespace, cluster = NULL) {
   check_string(namespace, "namespace")
+  if (!is.null(cluster) && !inherits(cluster, "cluster")) {
+    pageshare_stop("not_cluster", "cluster", " (or NULL)", describe_object(cluster))
+  }
   release_namespace <- function(namespace) {
     views <- pageshare:::held_view_names(namespace)
     if (length(views)) pageshare::releaseViews(namespace, views)

@@ -36,6 +36,7 @@ pageshare_messages <- list(
   mi_y_classes = "`y` must have at least two classes, not %d",
   mi_method = "`method` must be \"pde\" or \"memshare\", not %s",
   flag = "`%s` must be TRUE or FALSE",
+  not_function = "`%s` must be a function or the name of one, not %s",
   number = "`%s` must be a single number %s, not %s",
   mi_pair = "`x` and `y` must be numeric vectors of the same length (mutualinfo() takes one pair of variables)",
   mi_pair_nonfinite = "`%s` has non-finite values (NA, NaN or Inf): use na.rm = TRUE to use only the pairs where both are finite",

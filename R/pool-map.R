@@ -47,7 +47,7 @@
 #' stop_workers()
 #' @export
 shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
-  FUN <- match.fun(FUN)
+  FUN <- as_function(FUN)
   if (is.null(X)) X <- list()
   if (!(is.list(X) || is.atomic(X)) || is.environment(X)) pageshare_stop("map_x", describe_object(X))
   check_flag(.progress, ".progress")

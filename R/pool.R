@@ -57,7 +57,7 @@ start_workers <- function(n = NULL) {
 #' @rdname shm_pool
 #' @export
 shm_call <- function(FUN, ...) {
-  FUN <- match.fun(FUN)
+  FUN <- as_function(FUN)
   args <- list(...)
   pool_ensure()
   threshold <- share_threshold()

@@ -225,7 +225,8 @@ sweep_shared <- function() invisible(.Call(ps_sweep, segment_dir()))
 #' shared_segments()$name
 #' @export
 shared_segments <- function(all = FALSE) {
-  cols <- .Call(ps_segments_table, if (isTRUE(all)) segment_dir() else "", isTRUE(all))
+  check_flag(all, "all")
+  cols <- .Call(ps_segments_table, if (all) segment_dir() else "", all)
   structure(as.data.frame(cols, stringsAsFactors = FALSE), class = c("pageshare_segments", "data.frame"))
 }
 

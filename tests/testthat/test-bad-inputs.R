@@ -1,0 +1,94 @@
+# Bad inputs across every export and option: each is a classed condition
+# whose message names the argument or option and shows the value given (where
+# there is one to show); none is silent. (Options and environment variables in
+# more detail: test-options.R.)
+
+bad <- function(expr, class, ...) list(expr = substitute(expr), class = class, shown = c(...))
+
+X <- matrix(as.double(1:20), 4)
+cases <- list(
+  bad(share(new.env()), "pageshare_unsupported_type", "`x`", "environment"),
+  bad(share(function() 1), "pageshare_unsupported_type", "`x`", "function"),
+  bad(shared_segments(all = "yes"), "pageshare_bad_argument", "`all`"),
+  bad(registerVariables(1, list(a = 1)), "pageshare_bad_argument", "`namespace`"),
+  bad(registerVariables(NA_character_, list(a = 1)), "pageshare_bad_argument", "`namespace`"),
+  bad(registerVariables("", list(a = 1)), "pageshare_bad_argument", "`namespace`"),
+  bad(registerVariables(c("a", "b"), list(a = 1)), "pageshare_bad_argument", "`namespace`"),
+  bad(registerVariables("bad_ns", list(1)), "pageshare_bad_argument", "`variableList`"),
+  bad(registerVariables("bad_ns", 1:3), "pageshare_bad_argument", "`variableList`"),
+  bad(registerVariables("bad_ns", list(a = new.env())), "pageshare_unsupported_type", "variableList$a", "environment"),
+  bad(retrieveViews(1, "a"), "pageshare_bad_argument", "`namespace`"),
+  bad(retrieveViews("bad_ns", 1), "pageshare_bad_argument", "`variableNames`"),
+  bad(retrieveViews("bad_ns_none", "zz"), "pageshare_not_registered", "'zz'", "'bad_ns_none'"),
+  bad(releaseViews("bad_ns", 1), "pageshare_bad_argument", "`variableNames`"),
+  bad(releaseVariables(1, "a"), "pageshare_bad_argument", "`namespace`"),
+  bad(releaseVariables("bad_ns", 1), "pageshare_bad_argument", "`variableNames`"),
+  bad(retrieveMetadata("bad_ns", 1), "pageshare_bad_argument", "`variableName`"),
+  bad(retrieveMetadata(2, "a"), "pageshare_bad_argument", "`namespace`"),
+  bad(memshare_gc(1), "pageshare_bad_argument", "`namespace`"),
+  bad(memshare_gc("bad_ns", cluster = 3), "pageshare_bad_argument", "`cluster`", "double"),
+  bad(memApply(list(1), 2, sum), "pageshare_bad_argument", "`X`", "list of length 1"),
+  bad(memApply(X, 3, sum), "pageshare_bad_argument", "`MARGIN`", "not 3"),
+  bad(memApply(X, 2, 1), "pageshare_bad_argument", "`FUN`", "not 1"),
+  bad(memApply(X, 2, "no_such_function_here"), "pageshare_bad_argument", "`FUN`", '"no_such_function_here"'),
+  bad(memApply(X, 2, sum, VARS = 1), "pageshare_bad_argument", "`VARS`"),
+  bad(memApply(X, 2, sum, MAX.CORES = 0), "pageshare_bad_argument", "`MAX.CORES`", "not 0"),
+  bad(memApply(X, 2, sum, CLUSTER = 2), "pageshare_bad_argument", "`CLUSTER`", "double"),
+  bad(memApply("X", 2, sum), "pageshare_bad_argument", "`X`", "`NAMESPACE`"),
+  bad(memLapply(new.env(), sum), "pageshare_bad_argument", "`X`", "environment"),
+  bad(memLapply(1:3, "no_such_function_here"), "pageshare_bad_argument", "`FUN`", '"no_such_function_here"'),
+  bad(memLapply(1:3, sum, MAX.CORES = -1), "pageshare_bad_argument", "`MAX.CORES`", "not -1"),
+  bad(registerDoShm(cl = "x"), "pageshare_bad_argument", "`cl`", "character"),
+  bad(registerDoShm(cores = 0), "pageshare_bad_argument", "`cores`", "not 0"),
+  bad(registerDoShm(cores = 2.5), "pageshare_bad_argument", "`cores`", "not 2.5"),
+  bad(registerDoShm(cores = "two"), "pageshare_bad_argument", "`cores`", '"two"'),
+  bad(start_workers(0), "pageshare_bad_argument", "`n`", "not 0"),
+  bad(start_workers(2.5), "pageshare_bad_argument", "`n`", "not 2.5"),
+  bad(start_workers("a"), "pageshare_bad_argument", "`n`", '"a"'),
+  bad(start_workers(5000), "pageshare_bad_argument", "`n`", "not 5000"),
+  bad(shm_call(1), "pageshare_bad_argument", "`FUN`", "not 1"),
+  bad(shm_call("no_such_function_here"), "pageshare_bad_argument", "`FUN`", '"no_such_function_here"'),
+  bad(shm_value(42), "pageshare_bad_argument", "`task`", "double"),
+  bad(shm_map(new.env(), sum), "pageshare_bad_argument", "`X`", "environment"),
+  bad(shm_map(1:3, sum, .seed = "x"), "pageshare_bad_argument", "`.seed`", '"x"'),
+  bad(shm_map(1:3, sum, .progress = "yes"), "pageshare_bad_argument", "`.progress`"),
+  bad(shm_map(1:3, 1), "pageshare_bad_argument", "`FUN`", "not 1"),
+  bad(mutual_information("a", 1:3), "pageshare_bad_argument", "`X`", "character"),
+  bad(mutual_information(X, 1:3), "pageshare_bad_argument", "`y`", "3 values"),
+  bad(mutual_information(X, 1:4, method = "x"), "pageshare_bad_argument", "`method`", '"x"'),
+  bad(mutual_information(X, 1:4, base = 1), "pageshare_bad_argument", "`base`", "not 1"),
+  bad(mutualinfo("a", 1), "pageshare_bad_argument", "`x`", "`y`")
+)
+
+option_cases <- list(
+  list("pageshare.cache_limit", "x", quote(share(runif(2e5)))),
+  list("pageshare.max_shared_bytes", "lots", quote(share(runif(2e5)))),
+  list("pageshare.release_source", "maybe", quote(share(runif(2e5)))),
+  list("pageshare.dir", "/no/such/dir", quote(sweep_shared())),
+  list("pageshare.threshold", "1MB", quote(memLapply(1:2, identity))),
+  list("pageshare.pool", "fast", quote(memLapply(1:2, identity))),
+  list("pageshare.workers", 0, quote(start_workers())),
+  list("pageshare.worker_vsize", "16M", quote(start_workers(1)))
+)
+
+test_that("every bad input is a classed error naming the argument and the value", {
+  on.exit(stop_workers(), add = TRUE)
+  expect_gte(length(cases) + length(option_cases), 50L)
+  for (case in cases) {
+    label <- paste(deparse(case$expr), collapse = " ")
+    e <- tryCatch({ eval(case$expr); NULL }, error = function(e) e)
+    expect_s3_class(e, case$class)
+    if (is.null(e)) next
+    expect_s3_class(e, "pageshare_error")
+    for (s in case$shown) expect_match(conditionMessage(e), s, fixed = TRUE, info = label)
+  }
+  for (case in option_cases) {
+    old <- options(stats::setNames(list(case[[2]]), case[[1]]))
+    e <- tryCatch({ eval(case[[3]]); NULL }, error = function(e) e)
+    options(old)
+    expect_s3_class(e, "pageshare_bad_argument")
+    if (is.null(e)) next
+    expect_match(conditionMessage(e), sprintf("`%s`", case[[1]]), fixed = TRUE)
+    expect_match(conditionMessage(e), describe <- pageshare:::describe_value(case[[2]]), fixed = TRUE, info = describe)
+  }
+})
