@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The package as users get it: its rendered help checked, `R CMD build`,
-# then `R CMD check` of the tarball (installation from the tarball, examples,
+# The package as users get it: its rendered help checked, the Rust crates
+# vendored, `R CMD build`, the tarball installed offline, then `R CMD check`
+# of the tarball (installation from the tarball, examples,
 # vignette, and the test suite run the way R CMD check runs it: inside the
 # package namespace). Run in
 # a temporary directory outside this repository, so that cargo cannot see its
@@ -14,11 +15,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 work=$(mktemp -d /tmp/pageshare-check.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" src/rust/vendor.tar.xz' EXIT
 src=$(pwd)
 # The help as users read it: no markup left as text (tools/check-help.R).
 Rscript tools/check-help.R man
+# The tarball carries the Rust crates it builds with (tools/vendor.sh).
+bash tools/vendor.sh
 (cd "$work" && R CMD build "$src" >build.log 2>&1) || { cat "$work/build.log"; exit 1; }
+# It installs with the network cut and no cargo cache, and its vignettes are
+# there (needs root for the network namespace: said, not silently skipped).
+if [ "$(id -u)" -eq 0 ] && command -v unshare >/dev/null; then
+  mkdir -p "$work/offline-lib" "$work/empty-cargo-home"
+  (cd "$work" && unshare -n env CARGO_HOME="$work/empty-cargo-home" \
+     R CMD INSTALL -l "$work/offline-lib" pageshare_*.tar.gz >offline-install.log 2>&1) ||
+    { tail -40 "$work/offline-install.log"; echo "offline install of the tarball: FAILED"; exit 1; }
+  vignettes=$(R_LIBS="$work/offline-lib" Rscript -e 'cat(sort(vignette(package = "pageshare")$results[, "Item"]))')
+  echo "offline install of the tarball (no network, no cargo cache): OK; vignettes: $vignettes"
+  [ -n "$vignettes" ] || { echo "no vignettes installed"; exit 1; }
+else
+  echo "offline install of the tarball: skipped (needs root and unshare)"
+fi
 flags=(--no-manual)
 if [ "${1:-}" = "--as-cran" ]; then
   flags+=(--as-cran)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Vendors the Rust crates the R package builds with into src/rust/vendor.tar.xz,
+# so that a tarball made by `R CMD build` afterwards installs offline (see
+# src/rust/build.sh). Only what the package's library needs: the workspace is
+# copied without the crates' dev-dependencies (proptest, tempfile: `cargo
+# test` only), and the versions are those of Cargo.lock. Needs the crates
+# once, from crates.io or cargo's cache.
+#
+#   bash tools/vendor.sh          # writes src/rust/vendor.tar.xz
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+work=$(mktemp -d /tmp/pageshare-vendor.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/src/rust"
+cp Cargo.toml Cargo.lock "$work/"
+for crate in src/rust/pageshare-*; do
+  mkdir -p "$work/$crate"
+  cp -R "$crate/src" "$work/$crate/"
+  awk '/^\[/ { dev = ($0 == "[dev-dependencies]") } !dev' "$crate/Cargo.toml" >"$work/$crate/Cargo.toml"
+done
+(cd "$work" && { cargo vendor --quiet --offline vendor >/dev/null 2>&1 || cargo vendor --quiet vendor >/dev/null; })
+tar -cJf src/rust/vendor.tar.xz -C "$work" vendor
+echo "vendored $(ls "$work/vendor" | tr '\n' ' ')into src/rust/vendor.tar.xz ($(du -k src/rust/vendor.tar.xz | cut -f1) KB)"
