@@ -173,7 +173,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   slots <- if (on_pool) pool_slots(data$cores)
   workers <- if (on_pool) length(slots) else length(cl)
   local <- isTRUE(data$local)
-  state <- share_state()
+  state <- share_state("a foreach loop")
   on.exit(restore_shared(state), add = TRUE)
   # A plain loop's iterations and combining are done in bulk (doshm-bulk.R);
   # any other goes through foreach's iterator and accumulator.

@@ -17,7 +17,7 @@
 # (`plan_key`), and none without a key.
 share_globals <- function(globals, plan_key = NULL) {
   if (length(globals) == 0L) return(NULL)
-  state <- share_state()
+  state <- share_state("a future")
   g <- globals
   changed <- character()
   for (i in seq_along(globals)) {

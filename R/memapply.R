@@ -183,7 +183,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
     local <- is_local_cluster(cl)
   }
   k <- min(length(cl), n, if (is.null(MAX.CORES)) Inf else MAX.CORES)
-  state <- share_state()
+  state <- share_state(sprintf("%s()", caller))
   if (local) {
     X <- share_walk(X, state)
     if (length(VARS)) VARS <- lapply(VARS, share_walk, state = state)
@@ -219,7 +219,7 @@ mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
   if (is.null(MAX.CORES)) pool_ensure()
   slots <- pool_slots(min(n, MAX.CORES %||% length(shm_pool$pids)))
   element <- switch(mode, mem_row, mem_column, mem_element)
-  job <- pool_map(seq_len(n), element, c(list(.X = X, .FUN = FUN), VARS), slots = slots)
+  job <- pool_map(seq_len(n), element, c(list(.X = X, .FUN = FUN), VARS), slots = slots, door = sprintf("%s()", caller))
   f <- job$failure
   if (identical(f$kind, "died")) {
     pageshare_stop("pool_worker_died", f$pid,

@@ -62,6 +62,12 @@
 #'    self-test at load checks them and switches it off, with one message,
 #'    where they differ (another malloc() through `LD_PRELOAD`, musl, an R with
 #'    another vector header).}
+#'  \item{`pageshare.verbose`}{(logical; env `PAGESHARE_VERBOSE`; default
+#'    `FALSE`) Report, for each future, foreach loop, `memApply()`,
+#'    `memLapply()`, `shm_map()` and `shm_call()` (one whose arguments are
+#'    all small is not looked at), what it shares (segments, their size, the
+#'    time taken), that nothing reached the threshold, or why its data go
+#'    plainly, as a message of class `pageshare_verbose`.}
 #'  \item{`pageshare.worker_vsize`}{(numeric bytes; env
 #'    `PAGESHARE_WORKER_VSIZE`; default `16777216`, 16 MiB) The size of vector
 #'    heap at which the workers that pageshare starts ([shm_multisession()]'s
@@ -77,6 +83,7 @@
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
 #'   pageshare.max_shared_bytes
 #'   pageshare.share_results pageshare.release_source pageshare.worker_vsize pageshare.pool
+#'   pageshare.verbose
 #' @examples
 #' getOption("pageshare.dir")
 #' old <- options(pageshare.threshold = 64 * 1024)
@@ -105,6 +112,8 @@ option_defaults <- list(
   pageshare.share_results = list(default = TRUE, must = "TRUE or FALSE", ok = is_flag),
   pageshare.pool = list(env = "PAGESHARE_POOL", default = "shm", parse = identity,
                         must = "\"shm\" or \"psock\"", ok = function(v) is_string(v) && v %in% c("shm", "psock")),
+  pageshare.verbose = list(env = "PAGESHARE_VERBOSE", default = FALSE, parse = as.logical,
+                           must = "TRUE or FALSE", ok = is_flag),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric,
                              must = "a number of bytes >= 0", ok = is_byte_size),
   pageshare.worker_vsize = list(env = "PAGESHARE_WORKER_VSIZE", default = 16 * 2^20, parse = as.numeric,

@@ -76,9 +76,10 @@ shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
 # condition) or list(kind = "died", pid, info = list(from, to))). X, dots and
 # the frames of FUN are shared by the rule of every front door and sent to
 # each worker once, with its first chunk.
-pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_along(shm_pool$pids)) {
+pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_along(shm_pool$pids),
+                     door = "shm_map()") {
   n <- length(X)
-  state <- share_state()
+  state <- share_state(door)
   X <- share_walk(X, state)
   dots <- share_walk(dots, state)
   share_walk(FUN, state)

@@ -64,7 +64,7 @@ shm_call <- function(FUN, ...) {
   keep <- NULL
   handles <- FALSE
   if (!plain_call(FUN, args, threshold)) {
-    state <- share_state()
+    state <- share_state("shm_call()")
     args <- share_walk(args, state)
     share_walk(FUN, state)
     on.exit(restore_shared(state), add = TRUE)

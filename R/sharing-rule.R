@@ -24,8 +24,11 @@
 # (nothing more is shared from then on: the door falls back to plain
 # serialization, see fall_back()).
 
-share_state <- function() {
+share_state <- function(door = NULL) {
   state <- new.env(parent = emptyenv())
+  # (what the walk is for, named in option pageshare.verbose's report: see share_report())
+  state$door <- door
+  if (!is.null(door) && isTRUE(getOption("pageshare.verbose"))) state$started <- Sys.time()
   state$views <- list()
   state$failed <- NULL
   state$restore <- list()
@@ -227,6 +230,7 @@ is_shared_scope <- function(env) {
 # per set of workers when `key` is given (a future_lapply() makes many
 # futures), otherwise once per call (none with `warn = FALSE`).
 fall_back <- function(state, key = NULL, warn = TRUE) {
+  share_report(state)
   if (is.null(state$failed)) return(invisible(FALSE))
   .Call(ps_share_rollback, state$mark)
   if (!warn) return(invisible(TRUE))
@@ -242,6 +246,31 @@ fall_back <- function(state, key = NULL, warn = TRUE) {
       if (length(key) == 1L) " (this warning is given once for these workers)" else ""),
     call = NULL)))
   invisible(TRUE)
+}
+
+# With option pageshare.verbose, what a front door's walk shared: a message
+# of class "pageshare_verbose" naming the door, the vectors sent as handles
+# (how many segments, their size, the time the walk took) or that nothing
+# reached the threshold, and what could not be shared and why (those data go
+# plainly).
+share_report <- function(state) {
+  if (is.null(state$door) || !isTRUE(pageshare_option("pageshare.verbose"))) return(invisible())
+  views <- unique_views(state$views)
+  took <- if (is.null(state$started)) "" else
+    sprintf(", %.1f ms", as.numeric(Sys.time() - state$started, units = "secs") * 1000)
+  text <- if (!is.null(state$failed)) {
+    sprintf("could not share (%s): its data go by plain serialization", conditionMessage(state$failed))
+  } else if (length(views)) {
+    bytes <- sum(vapply(views, function(v) as.numeric(shared_info(v)$segment_bytes), 0))
+    sprintf("shares %d segment%s (%s%s) as handles", length(views), if (length(views) == 1L) "" else "s",
+            format_bytes(bytes), took)
+  } else {
+    sprintf("nothing reaches the threshold (%s): everything goes by plain serialization",
+            format_bytes(state$threshold))
+  }
+  message(structure(class = c("pageshare_verbose", "message", "condition"),
+                    list(message = sprintf("pageshare: %s %s\n", state$door, text), call = NULL)))
+  invisible()
 }
 
 # The sets of workers (plan keys) that gave their fallback warning already.

@@ -68,7 +68,8 @@ option_cases <- list(
   list("pageshare.threshold", "1MB", quote(memLapply(1:2, identity))),
   list("pageshare.pool", "fast", quote(memLapply(1:2, identity))),
   list("pageshare.workers", 0, quote(start_workers())),
-  list("pageshare.worker_vsize", "16M", quote(start_workers(1)))
+  list("pageshare.worker_vsize", "16M", quote(start_workers(1))),
+  list("pageshare.verbose", "loud", quote(memLapply(list(runif(2e5)), sum)))
 )
 
 test_that("every bad input is a classed error naming the argument and the value", {
