@@ -172,7 +172,7 @@ segment_dir <- function() normalizePath(pageshare_option("pageshare.dir"), mustW
 share_threshold <- function() {
   # (read for every task: the option as set, checked, is the quick answer)
   value <- getOption("pageshare.threshold")
-  if (is_number(value, min = 0)) value else pageshare_option("pageshare.threshold")
+  if (is_byte_size(value)) value else pageshare_option("pageshare.threshold")
 }
 
 cache_limit <- function() pageshare_option("pageshare.cache_limit")

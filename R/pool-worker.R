@@ -101,7 +101,7 @@ pool_worker_forget <- function(maps, op = "call", starting = TRUE) {
 pool_worker_plain <- function(payload, release, maps) {
   pool_worker_begin(release)
   pool_worker_forget(maps)
-  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
+  collect_stale_views()
   out <- .Call(ps_pool_run_plain, payload)
   if (is.raw(out)) return(out)
   pool_ok_reply(worker_result(list(value = out[[1L]], visible = TRUE), out[[2L]]))

@@ -112,16 +112,11 @@ impl<W> Dispatch<W> {
     /// The least busy live worker among `slots` (all when `None`) that has
     /// room for a message of `bytes`; the first such in slot order on a tie.
     pub fn free_slot(&self, bytes: usize, slots: Option<&[usize]>) -> FreeSlot {
-        let all: Vec<usize>;
-        let slots = match slots {
-            Some(s) => s,
-            None => {
-                all = (0..self.alive.len()).collect();
-                &all
-            }
+        let live = |s: &usize| *s < self.alive.len() && self.alive[*s];
+        let least = match slots {
+            Some(slots) => slots.iter().copied().filter(live).min_by_key(|&s| self.load(s)),
+            None => (0..self.alive.len()).filter(live).min_by_key(|&s| self.load(s)),
         };
-        let least =
-            slots.iter().copied().filter(|&s| s < self.alive.len() && self.alive[s]).min_by_key(|&s| self.load(s));
         match least {
             None => FreeSlot::NoneAlive,
             Some(s) if self.has_room(s, bytes) => FreeSlot::Slot(s),

@@ -246,6 +246,11 @@ pub const PLAIN: u64 = 1 << 62;
 /// its task signalled, relayed at once (see R/pool-worker.R).
 pub const CONDITION: u64 = 1 << 61;
 
+/// `bit` if the R flag `x` is TRUE, else 0.
+pub fn flag_bit(x: SEXP, bit: u64) -> Result<u64, RError> {
+    Ok(if crate::args::flag_arg(x)? { bit } else { 0 })
+}
+
 /// Starts a worker in the empty `slot`; returns its process id.
 #[no_mangle]
 pub extern "C" fn ps_pool_fill_rs(slot: SEXP) -> SEXP {
@@ -322,8 +327,7 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
 pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP, plain: SEXP, condition: SEXP) -> SEXP {
     entry(|| {
         let c = worker()?;
-        let flag = |x, bit| -> Result<u64, RError> { Ok(if crate::args::flag_arg(x)? { bit } else { 0 }) };
-        let tag = as_real(tag)? as u64 | flag(plain, PLAIN)? | flag(condition, CONDITION)?;
+        let tag = as_real(tag)? as u64 | flag_bit(plain, PLAIN)? | flag_bit(condition, CONDITION)?;
         let bytes = raw_arg(payload, "payload")?;
         let sent = match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
             Ok(()) => true,

@@ -14,7 +14,7 @@
 
 use crate::boundary::{entry, RError};
 use crate::entry_pool::{
-    buffer, master_give_up, no_pool, pool, raw_arg, shrink, slot_arg, Master, CONDITION, PLAIN, RELEASE,
+    buffer, flag_bit, master_give_up, no_pool, pool, raw_arg, shrink, slot_arg, Master, CONDITION, PLAIN, RELEASE,
 };
 use crate::r_calls::{as_real, list_of, raw_vec, scalar_integer, scalar_logical, scalar_real, Protect};
 use crate::r_sys::*;
@@ -26,35 +26,23 @@ use std::time::{Duration, Instant};
 
 const NA_INT: i32 = i32::MIN;
 
-/// How a send ended; a message not sent comes back.
+/// How a send ended.
 enum Sending {
     Sent,
     /// The worker is gone (its death is still to be read).
-    Gone(Message),
-    Interrupted(Message),
+    Gone,
+    Interrupted,
 }
 
-/// Sends `message` with `tag` to the worker in `slot` (0-based) and records
-/// it (`keep`: with the message, to send again should the worker die before
-/// reading it); the tag carries [`RELEASE`] when that worker's replies are
-/// all read.
-fn send_to(
-    m: &mut Master,
-    slot: usize,
-    tag: u64,
-    message: Message,
-    what: usize,
-    keep: bool,
-) -> Result<Sending, RError> {
+/// Sends `bytes` with `tag` and `flags` to the worker in `slot` (0-based);
+/// the tag carries [`RELEASE`] when that worker's replies are all read. The
+/// caller records a message sent (`Dispatch::sent`).
+fn send_to(m: &Master, slot: usize, tag: u64, bytes: &[u8], flags: u64) -> Result<Sending, RError> {
     let release = if m.dispatch.all_answered(slot) { RELEASE } else { 0 };
-    let flags = tag | release | message.flags;
-    match m.pool.send(slot as u64, flags, &message.payload, Patience::default(), &mut master_give_up(None)) {
-        Ok(()) => {
-            m.dispatch.sent(slot, Sent { tag, what, resend: keep.then_some(message) });
-            Ok(Sending::Sent)
-        }
-        Err(RingError::Stopped(StopReason::Closed)) => Ok(Sending::Gone(message)),
-        Err(RingError::Stopped(_)) => Ok(Sending::Interrupted(message)),
+    match m.pool.send(slot as u64, tag | release | flags, bytes, Patience::default(), &mut master_give_up(None)) {
+        Ok(()) => Ok(Sending::Sent),
+        Err(RingError::Stopped(StopReason::Closed)) => Ok(Sending::Gone),
+        Err(RingError::Stopped(_)) => Ok(Sending::Interrupted),
         Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
     }
 }
@@ -67,16 +55,15 @@ pub fn send_waiting(m: &mut Master) -> Result<(), RError> {
         return Ok(());
     }
     while let Some((slot, w)) = m.dispatch.next_ready() {
-        let Waiting { tag, message, what } = w;
-        match send_to(m, slot, tag, message, what, true)? {
-            Sending::Sent => {}
+        match send_to(m, slot, w.tag, &w.message.payload, w.message.flags)? {
+            Sending::Sent => m.dispatch.sent(slot, Sent { tag: w.tag, what: w.what, resend: Some(w.message) }),
             // (it waits again, first, for another worker; the death is read next)
-            Sending::Gone(message) => {
+            Sending::Gone => {
                 m.dispatch.gone(slot);
-                m.dispatch.wait(Waiting { tag, message, what }, true);
+                m.dispatch.wait(w, true);
             }
-            Sending::Interrupted(message) => {
-                m.dispatch.wait(Waiting { tag, message, what }, true);
+            Sending::Interrupted => {
+                m.dispatch.wait(w, true);
                 break;
             }
         }
@@ -102,10 +89,11 @@ pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what
             Some(slot_arg(slot, m.pool.size())? as usize)
         };
         let bytes = raw_arg(payload, "payload")?;
-        let flags = if crate::args::flag_arg(plain)? { PLAIN } else { 0 };
+        let flags = flag_bit(plain, PLAIN)?;
         let keep = slot.is_none() || crate::args::flag_arg(resend)?;
         let tag = m.dispatch.next_tag();
-        let message = Message { payload: bytes.to_vec(), flags };
+        // (the bytes are copied only for a message that is kept or waits)
+        let kept = || Message { payload: bytes.to_vec(), flags };
         let target = match slot {
             Some(s) => Some(s),
             None => match m.dispatch.free_slot(bytes.len(), None) {
@@ -117,24 +105,27 @@ pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what
         let key = crate::r_store::keep(what)?;
         let status = match target {
             None => {
-                m.dispatch.wait(Waiting { tag, message, what: key }, false);
+                m.dispatch.wait(Waiting { tag, message: kept(), what: key }, false);
                 0
             }
-            Some(s) => match send_to(m, s, tag, message, key, keep)? {
-                Sending::Sent => 0,
+            Some(s) => match send_to(m, s, tag, bytes, flags)? {
+                Sending::Sent => {
+                    m.dispatch.sent(s, Sent { tag, what: key, resend: keep.then(kept) });
+                    0
+                }
                 // (to any worker: it waits for another one)
-                Sending::Gone(message) if slot.is_none() => {
+                Sending::Gone if slot.is_none() => {
                     m.dispatch.gone(s);
-                    m.dispatch.wait(Waiting { tag, message, what: key }, false);
+                    m.dispatch.wait(Waiting { tag, message: kept(), what: key }, false);
                     send_waiting(m)?;
                     0
                 }
-                Sending::Gone(_) => {
+                Sending::Gone => {
                     m.dispatch.gone(s);
                     crate::r_store::take(key);
                     -1
                 }
-                Sending::Interrupted(_) => {
+                Sending::Interrupted => {
                     crate::r_store::take(key);
                     -2
                 }
