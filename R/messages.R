@@ -34,6 +34,7 @@ pageshare_messages <- list(
   mi_y_length = "`y` must have one class per row of `X` (%d rows), not %d values",
   mi_y_na = "`y` has %d NA value(s): use na.rm = TRUE to leave those cases out",
   mi_y_classes = "`y` must have at least two classes, not %d",
+  mi_failed = "mutual_information() failed on columns %s: %s",
   mi_method = "`method` must be \"pde\" or \"memshare\", not %s",
   flag = "`%s` must be TRUE or FALSE",
   not_function = "`%s` must be a function or the name of one, not %s",
@@ -60,7 +61,7 @@ pageshare_messages <- list(
 pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
-  need_foreach = "missing_package", fun_failed = "task_failed", worker_died = "worker_died",
+  need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
   worker_died_idle = "worker_replaced", task_lost = "worker_died", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", pool_out_of_step = "internal",
   need_progressr = "missing_package",

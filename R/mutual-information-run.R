@@ -1,31 +1,82 @@
 # The work of mutual_information() and mutualinfo() (R/mutual-information.R):
-# the columns in blocks in this process, or in chunks on the pool's workers
-# with X shared, and pageshare errors signalled again with their class.
+# the columns in blocks, in this process or on the pool's workers with X
+# shared, progress reported per block, and pageshare errors signalled again
+# with their class.
 
-# Columns per .Call in this process (so that an interrupt is seen between blocks).
+# Columns per block: one .Call, one progress step, and (on workers) one
+# element of the map, so that an interrupt is seen and the workers stay
+# balanced.
 mi_block <- 256L
 
 mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
   p <- ncol(X)
-  n_workers <- min(worker_count(cores), p)
-  if (n_workers <= 1L) {
-    blocks <- split(seq_len(p), (seq_len(p) - 1L) %/% mi_block)
-    res <- lapply(blocks, function(cols) mi_worker(cols, X, nrow(X), cls$codes, cls$k, method, eps, na.rm,
-                                                   discrete, base))
+  blocks <- split(seq_len(p), (seq_len(p) - 1L) %/% mi_block)
+  names(blocks) <- NULL
+  progress <- mi_progressor(length(blocks))
+  n_workers <- min(worker_count(cores), length(blocks))
+  args <- list(X = X, nrow = nrow(X), codes = cls$codes, k = cls$k, method = method, eps = eps,
+               na.rm = na.rm, discrete = discrete, base = base)
+  res <- if (n_workers <= 1L) {
+    lapply(blocks, function(cols) {
+      r <- do.call(mi_worker, c(list(cols), args))
+      progress()
+      r
+    })
+  } else if (use_own_pool()) {
+    mi_run_pool(blocks, args, n_workers, progress)
   } else {
-    cl <- pool_workers(n_workers)
-    state <- share_state()
-    X <- share_walk(X, state)   # the rule of every front door
-    fell_back <- fall_back(state)
-    chunks <- split_range(p, n_workers)
-    res <- with_pool_health(
-      with_handles_if(is_shared(X) && !fell_back, parallel::clusterApply(cl, chunks, worker_stub("mi_worker"), X = X,
-        nrow = nrow(X), codes = cls$codes, k = cls$k, method = method, eps = eps, na.rm = na.rm,
-        discrete = discrete, base = base)),
-      cl, TRUE, function(i) sprintf("columns %s of mutual_information()", describe_range(chunks[[i]])))
+    mi_run_psock(blocks, args, n_workers, progress)
   }
   for (r in res) if (inherits(r, "pageshare_mi_error")) resignal(r)
   unlist(res, use.names = FALSE)
+}
+
+# A progressr progressor of `steps` blocks when progressr is installed (it
+# reports only inside progressr::with_progress() or with global handlers),
+# else a function that does nothing. Made in the caller's frame, which ends it.
+mi_progressor <- function(steps) {
+  if (!requireNamespace("progressr", quietly = TRUE)) return(function(...) invisible())
+  eval.parent(substitute(progressr::progressor(steps = steps), list(steps = steps)), n = 1)
+}
+
+# On pageshare's pool: a map over the blocks (X shared by the rule of every
+# front door), one progress step per block as its result arrives.
+mi_run_pool <- function(blocks, args, n_workers, progress) {
+  slots <- pool_slots(n_workers)
+  job <- pool_map(blocks, mi_worker, args, progress = function(amount) progress(amount = amount),
+                  slots = slots, door = "mutual_information()")
+  f <- job$failure
+  if (identical(f$kind, "died")) {
+    pageshare_stop("pool_worker_died", f$pid,
+                   sprintf("columns %s", describe_range(unlist(blocks[seq.int(f$info$from, f$info$to)]))),
+                   "mutual_information()")
+  }
+  if (!is.null(f)) {
+    cond <- f$condition
+    task_failed_error(sprintf(pageshare_messages$mi_failed, describe_range(blocks[[f$index]]), conditionMessage(cond)),
+                      cond)
+  }
+  job$out
+}
+
+# On the PSOCK pool (option pageshare.pool = "psock"): the blocks in rounds
+# of one per worker, one progress step per block after each round.
+mi_run_psock <- function(blocks, args, n_workers, progress) {
+  cl <- pool_workers(n_workers)
+  state <- share_state("mutual_information()")
+  args$X <- share_walk(args$X, state)
+  on.exit(restore_shared(state), add = TRUE)
+  handles <- is_shared(args$X) && !fall_back(state)
+  rounds <- split(seq_along(blocks), (seq_along(blocks) - 1L) %/% n_workers)
+  res <- vector("list", length(blocks))
+  for (round in rounds) {
+    res[round] <- with_pool_health(
+      with_handles_if(handles, do.call(parallel::clusterApply, c(list(cl[seq_along(round)], blocks[round],
+                                                                     worker_stub("mi_worker")), args))),
+      cl, TRUE, function(i) sprintf("columns %s of mutual_information()", describe_range(blocks[[round[i]]])))
+    progress(amount = length(round))
+  }
+  res
 }
 
 # Runs on a worker (and in this process for cores = 1): the MIs of columns

@@ -94,6 +94,11 @@
 #' give the exact plug-in MI of the contingency table (memshare's discrete case
 #' drops the largest category and reports bits; see [mutualinfo()]).
 #'
+#' @section Progress:
+#' The features are computed in blocks of 256 columns; with the progressr
+#' package installed, each finished block is one progress step, shown inside
+#' `progressr::with_progress()` (or with `progressr::handlers(global = TRUE)`).
+#'
 #' @param X A numeric (double, integer or logical) matrix, a data frame of
 #'   numeric columns, a numeric vector (one feature), or a view of one made by
 #'   [share()]. Cases in rows, features in columns.

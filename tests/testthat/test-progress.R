@@ -49,3 +49,23 @@ test_that("progress updates cross from the pool's workers while the call runs", 
     expect_equal(got$steps, 4, info = front)
   }
 })
+
+test_that("mutual_information() reports a progress step per block of columns as it goes", {
+  skip_if_not_installed("progressr")
+  old <- options(progressr.enable = TRUE, pageshare.workers = 2L)
+  on.exit({ options(old); stop_workers() }, add = TRUE)
+  set.seed(1)
+  y <- rep(1:2, each = 50)
+  X <- matrix(rnorm(100 * 600), 100)   # 3 blocks of at most 256 columns
+  expected <- mutual_information(X, y, cores = 1)
+  for (way in c("this process", "pool", "psock")) {
+    options(pageshare.pool = if (way == "psock") "psock" else NULL)
+    updates <- numeric()
+    got <- withCallingHandlers(
+      mutual_information(X, y, cores = if (way == "this process") 1 else 2),
+      progression = function(c) if (identical(c$type, "update")) updates <<- c(updates, c$amount))
+    expect_equal(got, expected, info = way)
+    expect_equal(sum(updates), 3, info = way)
+    expect_true(length(updates) >= 2, info = way)   # not all at the end
+  }
+})
