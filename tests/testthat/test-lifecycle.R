@@ -137,7 +137,7 @@ test_that("more shared memory than allowed is a classed R error, never a crash",
   expect_s3_class(err, "pageshare_no_space")           # below pageshare_error: the backends fall back
   expect_s3_class(err, "pageshare_error")
   expect_match(conditionMessage(err), "not enough shared memory")
-  expect_match(conditionMessage(err), "15.3 MB")
+  expect_match(conditionMessage(err), "15.3 MiB")
   expect_match(conditionMessage(err), "pageshare.max_shared_bytes", fixed = TRUE)
   expect_identical(sum(small), sum(as.double(1:1000)))   # R keeps running
   expect_error(registerVariables("full", list(big = as.double(seq_len(2e6)))), "not enough shared memory")

@@ -38,7 +38,7 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
     while v >= 1024.0 && u < UNITS.len() - 1 {
@@ -126,5 +126,17 @@ impl std::error::Error for Error {}
 impl Error {
     pub fn os(what: impl Into<String>, source: std::io::Error) -> Self {
         Error::Os { what: what.into(), source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_are_in_iec_units() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(16_000_000), "15.3 MiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
     }
 }
