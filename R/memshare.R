@@ -6,9 +6,26 @@
 # can retrieve a view of it by name. Views retrieved are tracked per process so
 # that viewList()/releaseViews() work as in memshare.
 
-views_held <- new.env(parent = emptyenv())   # "ns\rvar" -> view
+views_held <- new.env(parent = emptyenv())   # view_key(ns, var) -> view
 
-view_key <- function(namespace, variable) paste0(namespace, "\r", variable)
+# The key of a namespace/variable pair in views_held: their UTF-8 bytes in hex,
+# since R translates the name of a binding to the native encoding, which in a
+# C locale cannot hold a name such as "\u00fc" (a warning, and a wrong key).
+view_key <- function(namespace, variable) paste0(utf8_hex(namespace), ":", utf8_hex(variable))
+
+utf8_hex <- function(s) {
+  vapply(enc2utf8(as.character(s)), function(x) paste(as.character(charToRaw(x)), collapse = ""), "",
+         USE.NAMES = FALSE)
+}
+
+hex_utf8 <- function(h) {
+  vapply(h, function(x) {
+    if (!nzchar(x)) return("")
+    s <- rawToChar(as.raw(strtoi(substring(x, seq(1L, nchar(x), 2L), seq(2L, nchar(x), 2L)), 16L)))
+    Encoding(s) <- "UTF-8"
+    s
+  }, "", USE.NAMES = FALSE)
+}
 
 # The arguments of the memshare functions that name variables of a namespace.
 check_variables <- function(namespace, variableNames, arg = "variableNames") {
@@ -190,11 +207,13 @@ retrieveMetadata <- function(namespace, variableName) {
 }
 
 held_view_names <- function(namespace = NULL) {
-  keys <- sort(ls(views_held, all.names = TRUE))
+  keys <- ls(views_held, all.names = TRUE)
   if (!length(keys)) return(character())
-  parts <- strsplit(keys, "\r", fixed = TRUE)
-  ns <- vapply(parts, `[`, "", 1L)
-  var <- vapply(parts, `[`, "", 2L)
+  ns <- hex_utf8(sub(":.*", "", keys))
+  var <- hex_utf8(sub(".*:", "", keys))
+  by_name <- order(paste0(ns, "\r", var))
+  ns <- ns[by_name]
+  var <- var[by_name]
   if (is.null(namespace)) paste0(ns, ".", var) else var[ns == namespace]
 }
 

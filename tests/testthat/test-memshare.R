@@ -75,6 +75,22 @@ test_that("namespace and variable names with unicode, dots and slashes work", {
   releaseViews(ns, "a.b/c")
 })
 
+test_that("a non-ASCII name works in a C locale too, without a warning (regression)", {
+  # (views held were kept under the name as an R binding, which R translates
+  # to the native encoding: in a C locale a warning and a wrong key)
+  got <- run_rscript(shell = "export LC_ALL=C LANG=C", c(
+    "library(pageshare); options(warn = 2)",
+    "ns <- paste0('ns/\\u00fc.', Sys.getpid()); var <- 'v\\u00e9'",
+    "registerVariables(ns, stats::setNames(list(1:3), var))",
+    "v <- retrieveViews(ns, var)[[1]]; held <- viewList()",
+    "releaseViews(ns, var); after <- viewList(); releaseVariables(ns, var)",
+    "saveRDS(list(v = v, held = held, after = after, locale = l10n_info()[['UTF-8']]), OUT)"))
+  expect_false(got$saved$locale)   # the premise: not a UTF-8 locale
+  expect_identical(got$saved$v, 1:3)
+  expect_match(unlist(got$saved$held), "\u00e9", fixed = TRUE, all = FALSE)
+  expect_length(got$saved$after, 0L)
+})
+
 test_that("a view of a released variable never reads a re-registered one (regression)", {
   ns <- paste0("t_rereg_", Sys.getpid())
   registerVariables(ns, list(x = as.numeric(1:1e5) + 0.5))
