@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the Rust core without R (cargo test: unit + proptest; cargo
 # fmt --check and cargo clippy -D warnings must pass too), then
-# the R package's testthat suite against the installed package. Fails if a
+# the R package's testthat suite against the installed package, then the code
+# blocks of README and of the Getting-started vignette. Fails if a
 # test fails or if the run left anything of pageshare behind: a process that
 # still holds a segment (memfd), an index entry, or a file in /dev/shm.
 set -uo pipefail
@@ -39,11 +40,14 @@ cargo fmt --check >/dev/null 2>&1 || { echo "unformatted Rust: run cargo fmt"; c
 cargo clippy --quiet --all-targets -- -D warnings || cargo_status=1
 
 echo "== R CMD INSTALL"
-R CMD INSTALL --no-multiarch . >/tmp/pageshare-install.log 2>&1 || { cat /tmp/pageshare-install.log; exit 1; }
+log=/tmp/pageshare-install-$(id -u).log
+R CMD INSTALL --no-multiarch . >"$log" 2>&1 || { cat "$log"; exit 1; }
 
 echo "== R tests"
 Rscript tools/run-r-tests.R
 r_status=$?
+echo "== README's and Getting started's code, as written"
+Rscript tools/run-doc-examples.R || r_status=1
 
 after=$(pageshare_leftovers | sort)
 leaked=$(comm -13 <(echo "$before") <(echo "$after") | grep .)
