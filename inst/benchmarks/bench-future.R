@@ -204,6 +204,8 @@ md <- c(
   "\"inside a function\": `colcor <- function(X, y) future_sapply(seq_len(ncol(X)), function(j) cor(X[, j], y))`;",
   "`future_apply(X, 2, function(v) cor(v, y))`.",
   "(b) `lapply(1:10, function(i) future(sum(G[seq(i, length(G), by = 1000)])))`, G 400 MB.",
+  "    (b) runs in the process that ran (a): where (a) has grown the C library's heap enough to serve G",
+  "    from it, G is copied into its segment rather than handing its pages over (about size(G) more).",
   "(c) `value(future(1))`, median of 30 after 3 warm-up calls."
 )
 writeLines(md, out)

@@ -19,7 +19,8 @@ sections <- args[-1]
 if (!length(sections)) sections <- c("trip", "throughput", "idle", "map", "foreach", "vector", "colapply")
 has_mirai <- requireNamespace("mirai", quietly = TRUE)
 ms <- function(expr) { t0 <- Sys.time(); force(expr); as.numeric(Sys.time() - t0, units = "secs") * 1000 }   # (microseconds: proc.time() counts milliseconds)
-cat(sprintf("R %s, pageshare %s, mirai %s, %d rounds, %d cores, load average %s\n", getRversion(),
+cat(sprintf("Run: %s, %s, R %s, pageshare %s, mirai %s, %d rounds, %d cores, load average %s\n",
+            format(Sys.time(), "%Y-%m-%d %H:%M %Z"), utils::sessionInfo()$running, getRversion(),
             packageVersion("pageshare"), if (has_mirai) format(packageVersion("mirai")) else "not installed",
             rounds, parallel::detectCores(), paste(readLines("/proc/loadavg", warn = FALSE), collapse = " ")))
 
