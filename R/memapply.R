@@ -199,7 +199,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   local <- local && length(state$views) > 0L
   res <- with_pool_health(
     with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS)),
-    cl, is.null(CLUSTER), function(i) sprintf("%s %s of %s()", what, describe_range(chunks[[i]]), caller))
+    cl, is.null(CLUSTER), function(i) sprintf("%s of %s()", describe_items(what, chunks[[i]]), caller))
   failed <- Filter(function(r) inherits(r, "pageshare_task_error"), res)
   if (length(failed)) {
     first <- failed[[which.min(vapply(failed, function(f) f$index, numeric(1)))]]
@@ -223,7 +223,7 @@ mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
   f <- job$failure
   if (identical(f$kind, "died")) {
     pageshare_stop("pool_worker_died", f$pid,
-                   sprintf("%s %s", what, describe_range(seq.int(f$info$from, f$info$to))), sprintf("%s()", caller))
+                   describe_items(what, seq.int(f$info$from, f$info$to)), sprintf("%s()", caller))
   }
   if (!is.null(f)) {
     label <- sprintf("%s %s", what, element_label(f$index, nms))
@@ -268,6 +268,7 @@ mem_worker <- function(idx, X, mode, FUN, VARS) {
   out
 }
 
-describe_range <- function(idx) {
-  if (length(idx) == 1L) format(idx) else sprintf("%d to %d", min(idx), max(idx))
+# "element 3", "elements 3 to 9": `what` is the singular.
+describe_items <- function(what, idx) {
+  if (length(idx) == 1L) sprintf("%s %s", what, format(idx)) else sprintf("%ss %d to %d", what, min(idx), max(idx))
 }

@@ -48,12 +48,12 @@ mi_run_pool <- function(blocks, args, n_workers, progress) {
   f <- job$failure
   if (identical(f$kind, "died")) {
     pageshare_stop("pool_worker_died", f$pid,
-                   sprintf("columns %s", describe_range(unlist(blocks[seq.int(f$info$from, f$info$to)]))),
+                   describe_items("column", unlist(blocks[seq.int(f$info$from, f$info$to)])),
                    "mutual_information()")
   }
   if (!is.null(f)) {
     cond <- f$condition
-    task_failed_error(sprintf(pageshare_messages$mi_failed, describe_range(blocks[[f$index]]), conditionMessage(cond)),
+    task_failed_error(sprintf(pageshare_messages$mi_failed, describe_items("column", blocks[[f$index]]), conditionMessage(cond)),
                       cond)
   }
   job$out
@@ -73,7 +73,7 @@ mi_run_psock <- function(blocks, args, n_workers, progress) {
     res[round] <- with_pool_health(
       with_handles_if(handles, do.call(parallel::clusterApply, c(list(cl[seq_along(round)], blocks[round],
                                                                      worker_stub("mi_worker")), args))),
-      cl, TRUE, function(i) sprintf("columns %s of mutual_information()", describe_range(blocks[[round[i]]])))
+      cl, TRUE, function(i) sprintf("%s of mutual_information()", describe_items("column", blocks[[round[i]]])))
     progress(amount = length(round))
   }
   res

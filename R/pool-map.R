@@ -61,7 +61,7 @@ shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
   f <- job$failure
   if (!is.null(f)) {
     if (identical(f$kind, "died")) {
-      pageshare_stop("pool_worker_died", f$pid, sprintf("elements %s", describe_range(seq.int(f$info$from, f$info$to))),
+      pageshare_stop("pool_worker_died", f$pid, describe_items("element", seq.int(f$info$from, f$info$to)),
                      "shm_map()")
     }
     pool_task_failed(sprintf("element %s", element_label(f$index, nms)), f$condition)

@@ -42,12 +42,21 @@ pool_start <- function(n) {
   args <- worker_heap_args(c("--no-echo", "--no-restore", "-e", "pageshare:::pool_worker_main()"))
   libs <- paste(.libPaths(), collapse = .Platform$path.sep)
   limits <- as.numeric(c(pool_depth, default_cores(), pool_spin_microseconds))
-  pids <- .Call(ps_pool_start, n, rscript, args, "R_LIBS", libs, pool_ring_bytes,
-                pool_connect_seconds(n), limits)
+  pids <- .Call(ps_pool_start, n, rscript, args, c("R_LIBS", "TMPDIR"), c(libs, pool_worker_tmpdir()),
+                pool_ring_bytes, pool_connect_seconds(n), limits)
   shm_pool$pids <- pids
   shm_pool$generation <- (shm_pool$generation %||% 0) + 1
   shm_pool$next_map <- shm_pool$next_map %||% 0
   invisible(pids)
+}
+
+# Where the workers make their R temporary directories: inside this session's,
+# so that one of a worker killed before it could remove its own (kill -9, the
+# OOM killer) goes when this session ends.
+pool_worker_tmpdir <- function() {
+  dir <- file.path(tempdir(), "pool-workers")
+  dir.create(dir, showWarnings = FALSE, mode = "0700")
+  dir
 }
 
 pool_stop <- function() {

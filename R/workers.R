@@ -232,8 +232,9 @@ task_end <- function() invisible(.Call(ps_task_state, FALSE))
 check_received_handles <- function() {
   failed <- .Call(ps_take_receive_failures)
   if (!length(failed$message)) return(invisible())
+  key <- if (identical(failed$class[[1]], "pageshare_permission")) "received_handle_denied" else "received_handle"
   stop(structure(class = c(failed$class[[1]], "pageshare_error", "error", "condition"),
-                 list(message = sprintf(pageshare_messages$received_handle, Sys.getpid(), length(failed$message),
+                 list(message = sprintf(pageshare_messages[[key]], Sys.getpid(), length(failed$message),
                                         failed$message[[1]]),
                       call = NULL)))
 }

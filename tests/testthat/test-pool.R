@@ -212,6 +212,23 @@ test_that("a worker killed in a task is an error naming it, and is replaced", {
   expect_s3_class(e, "pageshare_worker_died")
   expect_match(conditionMessage(e), "shm_map()", fixed = TRUE)
   expect_identical(unlist(shm_map(1:10, identity)), 1:10)
+  # one element is named in the singular
+  e <- tryCatch(shm_map(7, function(i) tools::pskill(Sys.getpid(), tools::SIGKILL)), error = function(e) e)
+  expect_match(conditionMessage(e), "while running element 1 of shm_map()", fixed = TRUE)
+})
+
+test_that("a killed worker's temporary directory goes when its session ends", {
+  skip_on_cran()
+  got <- run_rscript(c(
+    "library(pageshare); start_workers(1)",
+    "pid <- shm_value(shm_call(Sys.getpid)); dir <- shm_value(shm_call(tempdir))",
+    "tools::pskill(pid, tools::SIGKILL)",
+    "for (i in 1:100) if (!file.exists(file.path('/proc', pid))) break else Sys.sleep(0.05)",
+    "saveRDS(list(dir = dir, session = tempdir(), left = dir.exists(dir)), OUT)",
+    "stop_workers()"))
+  expect_true(got$saved$left)   # the premise: kill -9 leaves it behind
+  expect_true(startsWith(got$saved$dir, got$saved$session))
+  expect_false(dir.exists(got$saved$dir))
 })
 
 test_that("a worker killed while idle is replaced before the next task", {

@@ -36,14 +36,17 @@ test_that("a future's worker that cannot open handles fails each future with a c
     "X <- as.double(seq_len(2e5))",
     "classes <- lapply(1:5, function(i) tryCatch({ value(future(sum(X))); 'no error' },",
     "                                             error = function(e) class(e)))",
+    "msg <- tryCatch(value(future(sum(X))), error = conditionMessage)",
     "after <- value(future(Sys.getpid()))",
     "plain <- value(future(sum(1:10)))",
     "plan(sequential)",
-    "saveRDS(list(made = made, classes = classes, before = before, after = after, plain = plain), OUT)"),
+    "saveRDS(list(made = made, classes = classes, msg = msg, before = before, after = after, plain = plain), OUT)"),
     so)
   expect_identical(got$made, 0L)
   expect_length(got$classes, 5L)
   for (cl in got$classes) expect_true(all(c("pageshare_permission", "pageshare_error") %in% cl), info = paste(cl, collapse = " "))
+  # (says what to do about a permission, not to share the object again)
+  expect_match(got$msg, "must run as the same user", fixed = TRUE)
   expect_identical(got$after, got$before)      # the same worker throughout
   expect_identical(got$plain, 55L)
 })
