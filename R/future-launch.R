@@ -16,6 +16,8 @@
 # shared is sent plainly, with the fallback warning once per set of workers
 # (`plan_key`), and none without a key.
 share_globals <- function(globals, plan_key = NULL) {
+  # (a future without globals, such as the one future's plan() resolves to
+  # set a backend up, has nothing to report)
   if (length(globals) == 0L) return(NULL)
   state <- share_state("a future")
   g <- globals

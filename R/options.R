@@ -63,9 +63,9 @@
 #'    where they differ (another malloc() through `LD_PRELOAD`, musl, an R with
 #'    another vector header).}
 #'  \item{`pageshare.verbose`}{(logical; env `PAGESHARE_VERBOSE`; default
-#'    `FALSE`) Report, for each future, foreach loop, `memApply()`,
-#'    `memLapply()`, `shm_map()` and `shm_call()` (one whose arguments are
-#'    all small is not looked at), what it shares (segments, their size, the
+#'    `FALSE`) Report, for each future with globals, foreach loop,
+#'    `memApply()`, `memLapply()`, `shm_map()` and `shm_call()` (one whose
+#'    arguments are all small is not looked at), what it shares (segments, their size, the
 #'    time taken), that nothing reached the threshold, or why its data go
 #'    plainly, as a message of class `pageshare_verbose`.}
 #'  \item{`pageshare.worker_vsize`}{(numeric bytes; env

@@ -238,7 +238,7 @@ fall_back <- function(state, key = NULL, warn = TRUE) {
     if (isTRUE(fallback_warned[[key]])) return(invisible(TRUE))
     fallback_warned[[key]] <- TRUE
   }
-  warning(structure(class = c("pageshare_fallback", "warning", "condition"), list(
+  warning(structure(class = c("pageshare_fallback", "pageshare_warning", "warning", "condition"), list(
     message = sprintf(paste0(
       "pageshare: a value could not be put into shared memory (%s); ",
       "it is sent by plain serialization%s"),
@@ -265,7 +265,7 @@ share_report <- function(state) {
     sprintf("shares %d segment%s (%s%s) as handles", length(views), if (length(views) == 1L) "" else "s",
             format_bytes(bytes), took)
   } else {
-    sprintf("nothing reaches the threshold (%s): everything goes by plain serialization",
+    sprintf("has nothing that reaches the threshold (%s): everything goes by plain serialization",
             format_bytes(state$threshold))
   }
   message(structure(class = c("pageshare_verbose", "message", "condition"),

@@ -24,7 +24,7 @@ test_that("verbose mode says what a future and a foreach loop shared, and nothin
   expect_true(any(grepl("^pageshare: a future shares 1 segment \\(2\\.3 MiB, [0-9.]+ ms\\) as handles", msgs)),
               info = paste(msgs, collapse = " | "))
   msgs <- verbose_messages(future::value(future::future(sum(small))))
-  expect_true(any(grepl("^pageshare: a future nothing reaches the threshold \\(1\\.0 MiB\\)", msgs)),
+  expect_true(any(grepl("^pageshare: a future has nothing that reaches the threshold \\(1\\.0 MiB\\)", msgs)),
               info = paste(msgs, collapse = " | "))
   `%dopar%` <- foreach::`%dopar%`
   registerDoShm(cores = 2)
