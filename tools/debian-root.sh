@@ -2,8 +2,8 @@
 # Runs a command inside a Debian root of another release (R and R packages from
 # that release's archive), made with debootstrap on first use:
 #
-#   sudo bash tools/debian-root.sh sid bash tools/test.sh       # R 4.6, current futureverse
-#   sudo bash tools/debian-root.sh trixie bash tools/test.sh    # Debian 13, R 4.5
+#   bash tools/debian-root.sh sid bash tools/test.sh       # as root: R 4.6, current futureverse
+#   bash tools/debian-root.sh trixie bash tools/test.sh    # as root: Debian 13, R 4.5
 #
 # The command runs in a fresh copy of this repository's work tree inside the
 # root (/work/pageshare.XXXXXX, removed afterwards; the root keeps its own

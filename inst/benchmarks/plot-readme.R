@@ -32,7 +32,7 @@ for (what in c("seconds", "mb")) {
   at <- barplot(v, names.arg = rev(rows$label), horiz = TRUE, las = 1, col = rev(cols), cex.names = 0.8,
                 xlim = c(0, 1.4 * max(v)), xlab = if (what == "seconds") "seconds" else "MB added (cgroup peak)",
                 main = if (what == "seconds") "Time" else "Memory")
-  text(v, at, format(signif(v, 3)), pos = 4, cex = 0.75)
+  text(v, at, vapply(v, function(x) format(signif(x, 3)), ""), pos = 4, cex = 0.75)
 }
 run <- strsplit(attr(fut, "run"), ", ")[[1]]   # date, system, workers, cores, R, ...
 mtext(sprintf("Every column of a %s X, 2 workers, %s, %s, %s. Runs: %s (future), %s (foreach).", size, run[2], run[4],

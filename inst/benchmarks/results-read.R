@@ -2,7 +2,7 @@
 # (inst/benchmarks/results/*.md), for the Benchmarks vignette and README's
 # plot (plot-readme.R). Base R only.
 #
-#   results_file("future.md")      the path, installed or in the source tree
+#   results_file("future.md")      the path, in the source tree or installed
 #   results_table(path, header)    the markdown table whose header row starts
 #                                  with `header`, as a data frame; attribute
 #                                  "run" is the file's line saying when and where
@@ -11,8 +11,9 @@
 
 results_file <- function(name) {
   installed <- system.file("benchmarks", "results", name, package = "pageshare")
-  candidates <- c(installed, file.path("inst", "benchmarks", "results", name),
-                  file.path("..", "inst", "benchmarks", "results", name))
+  # (the source tree's first: a vignette built from the sources shows their results)
+  candidates <- c(file.path("inst", "benchmarks", "results", name),
+                  file.path("..", "inst", "benchmarks", "results", name), installed)
   found <- candidates[nzchar(candidates) & file.exists(candidates)]
   if (!length(found)) stop("results file ", name, " not found (run inst/benchmarks first)")
   found[[1]]
