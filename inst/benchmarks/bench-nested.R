@@ -46,8 +46,12 @@ run_case <- function(outer, inner) {
   script <- tempfile(fileext = ".R")
   writeLines(case_code(outer, inner), script)
   # the case's shell enters the cgroup first, so that R and every worker it starts are in it
-  out <- system2("bash", c("-c", shQuote(sprintf("echo $$ > %s/cgroup.procs && CASE_CGROUP=%s exec %s %s",
-                                                   cg, cg, file.path(R.home("bin"), "Rscript"), script))),
+  # (in a folder of its own: batchtools keeps its registry in ./.future)
+  wd <- tempfile("nested-case-")
+  dir.create(wd)
+  on.exit(unlink(wd, recursive = TRUE), add = TRUE)
+  out <- system2("bash", c("-c", shQuote(sprintf("echo $$ > %s/cgroup.procs && cd %s && CASE_CGROUP=%s exec %s %s",
+                                                   cg, wd, cg, file.path(R.home("bin"), "Rscript"), script))),
                  stdout = TRUE, stderr = TRUE)
   line <- grep("^RESULT", out, value = TRUE)
   if (!length(line)) stop(paste(out, collapse = "\n"))
