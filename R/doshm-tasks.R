@@ -56,9 +56,11 @@ run_loop_tasks <- function(cl, columns, chunks, setup, balance = TRUE) {
   tasks <- lapply(seq_along(chunks), function(i) make_task(i, i <= p))
   res <- if (balance) parallel::clusterApplyLB(cl, tasks, stub)
          else parallel::clusterApply(cl[seq_len(p)], tasks, stub)
+  resignal_remote_errors(res)
   again <- which(vapply(res, inherits, NA, "doshm_needs_setup"))
   if (length(again)) {
     res[again] <- parallel::clusterApplyLB(cl, lapply(again, make_task, with_setup = TRUE), stub)
+    resignal_remote_errors(res[again])
   }
   failed <- Filter(function(r) inherits(r, "doshm_init_error"), res)
   if (length(failed)) pageshare_stop("worker_init", failed[[1L]]$message)

@@ -200,6 +200,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   res <- with_pool_health(
     with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS)),
     cl, is.null(CLUSTER), function(i) sprintf("%s of %s()", describe_items(what, chunks[[i]]), caller))
+  resignal_remote_errors(res)
   failed <- Filter(function(r) inherits(r, "pageshare_task_error"), res)
   if (length(failed)) {
     first <- failed[[which.min(vapply(failed, function(f) f$index, numeric(1)))]]

@@ -27,7 +27,7 @@ mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
   } else {
     mi_run_psock(blocks, args, n_workers, progress)
   }
-  for (r in res) if (inherits(r, "pageshare_mi_error")) resignal(r)
+  resignal_remote_errors(res)
   unlist(res, use.names = FALSE)
 }
 
@@ -84,10 +84,5 @@ mi_run_psock <- function(blocks, args, n_workers, progress) {
 # by the caller with its class.
 mi_worker <- function(cols, X, nrow, codes, k, method, eps, na.rm, discrete, base) {
   tryCatch(.Call(ps_mutual_info, X, nrow, as.integer(cols), codes, k, method, eps, na.rm, discrete, base),
-           pageshare_error = function(e) structure(list(message = conditionMessage(e), class = class(e)),
-                                                   class = "pageshare_mi_error"))
-}
-
-resignal <- function(r) {
-  stop(structure(class = r$class, list(message = r$message, call = NULL)))
+           pageshare_error = remote_error)
 }

@@ -192,9 +192,13 @@ worker_stub <- function(name, keep_loop = FALSE) {
   key <- paste(name, keep_loop)
   if (!is.null(stubs[[key]])) return(stubs[[key]])
   internal <- function(f) as.call(list(as.name(":::"), "pageshare", f))
-  begin <- if (keep_loop) as.call(list(internal("task_begin"), TRUE)) else as.call(list(internal("task_begin")))
+  begin <- as.call(list(internal("task_begin_checked"), keep_loop))
+  # (a pageshare error before the task, such as a handle the worker cannot
+  # open, comes back as a value: parallel would keep only its message)
+  check <- call("if", call("!", call("is.null", call("<-", as.name(".failed"), begin))),
+                call("return", as.name(".failed")))
   end <- call("on.exit", as.call(list(internal("task_end"))))
-  body <- as.call(list(as.name("{"), end, begin, as.call(list(internal(name), as.name("...")))))
+  body <- as.call(list(as.name("{"), end, check, as.call(list(internal(name), as.name("...")))))
   f <- eval(call("function", as.pairlist(alist(... = )), body), globalenv())
   attr(f, "srcref") <- NULL
   stubs[[key]] <- f
@@ -228,6 +232,29 @@ task_begin <- function(keep_loop = FALSE) {
   collect_stale_views()
 }
 task_end <- function() invisible(.Call(ps_task_state, FALSE))
+
+# task_begin(), with a pageshare error turned into a value for the master
+# (remote_error()); NULL when the task may run.
+task_begin_checked <- function(keep_loop = FALSE) {
+  tryCatch({
+    task_begin(keep_loop)
+    NULL
+  }, pageshare_error = remote_error)
+}
+
+# A pageshare error on a worker of a PSOCK cluster, as a value that keeps its
+# class (parallel passes on only an error's message); resignal_remote_errors()
+# signals it again in the master.
+remote_error <- function(e) {
+  structure(list(message = conditionMessage(e), class = class(e)), class = "pageshare_remote_error")
+}
+
+resignal_remote_errors <- function(results) {
+  for (r in results) {
+    if (inherits(r, "pageshare_remote_error")) stop(structure(class = r$class, list(message = r$message, call = NULL)))
+  }
+  invisible(results)
+}
 
 check_received_handles <- function() {
   failed <- .Call(ps_take_receive_failures)

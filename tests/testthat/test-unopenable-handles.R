@@ -66,3 +66,25 @@ test_that("a result its master cannot open arrives as plain data", {
   expect_identical(got$made, 0L)
   expect_identical(got$value, as.double(seq_len(2e5)))
 })
+
+test_that("on a cluster of the user's, a handle the worker cannot open is a classed error too (regression)", {
+  skip_if_not_installed("foreach")
+  so <- nondumpable_library()
+  got <- run_without_capabilities(c(
+    "library(pageshare)",
+    "cl <- parallel::makePSOCKcluster(1); registerDoShm(cl)",
+    "made <- NONDUMPABLE()",
+    "X <- as.double(seq_len(2e5))",
+    "`%dopar%` <- foreach::`%dopar%`",
+    "loop <- tryCatch(foreach::foreach(i = 1:2) %dopar% sum(X), error = function(e) class(e))",
+    "mem <- tryCatch(memLapply(list(X), sum, CLUSTER = cl), error = function(e) class(e))",
+    "after <- memLapply(list(1:10), sum, CLUSTER = cl)",
+    "parallel::stopCluster(cl)",
+    "saveRDS(list(made = made, loop = loop, mem = mem, after = after), OUT)"),
+    so)
+  expect_identical(got$made, 0L)
+  # (parallel passes on only an error's message: it was \"one node produced an error\")
+  expect_true(all(c("pageshare_permission", "pageshare_error") %in% got$loop), info = paste(got$loop, collapse = " "))
+  expect_true(all(c("pageshare_permission", "pageshare_error") %in% got$mem), info = paste(got$mem, collapse = " "))
+  expect_identical(got$after, list(55L))   # the worker lives on
+})
