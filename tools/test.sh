@@ -44,10 +44,14 @@ log=/tmp/pageshare-install-$(id -u).log
 R CMD INSTALL --no-multiarch . >"$log" 2>&1 || { cat "$log"; exit 1; }
 
 echo "== R tests"
-Rscript tools/run-r-tests.R
+# Every R process of the tests makes its temporary directory in one of this
+# run's own, removed at the end: a process the tests kill (a worker, a
+# master) cannot remove its own.
+test_tmp=$(mktemp -d /tmp/pageshare-test-tmp.XXXXXX)
+TMPDIR="$test_tmp" Rscript tools/run-r-tests.R
 r_status=$?
 echo "== README's and Getting started's code, as written"
-Rscript tools/run-doc-examples.R || r_status=1
+TMPDIR="$test_tmp" Rscript tools/run-doc-examples.R || r_status=1
 
 after=$(pageshare_leftovers | sort)
 leaked=$(comm -13 <(echo "$before") <(echo "$after") | grep .)
@@ -62,4 +66,5 @@ if [ -n "$leaked" ]; then
   echo "$leaked"
   r_status=1
 fi
+rm -rf "$test_tmp"
 [ "$cargo_status" -eq 0 ] && [ "$r_status" -eq 0 ]

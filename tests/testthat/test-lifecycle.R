@@ -14,6 +14,19 @@ index_entry <- function(ns, var) {
 }
 
 test_that("kill -9 of an owner: its segments go, its index entries are stale until a lookup or sweep", {
+  # An index of this test's own: any other pageshare session of this user (one
+  # that loads pageshare, or looks a name up) would remove a stale entry of the
+  # shared index before this test looks at it.
+  dir <- tempfile("index-")
+  dir.create(dir, mode = "0700")
+  old_env <- Sys.getenv("PAGESHARE_DIR", unset = NA)
+  old <- options(pageshare.dir = dir)
+  Sys.setenv(PAGESHARE_DIR = dir)   # (the background owners' index too)
+  on.exit({
+    options(old)
+    if (is.na(old_env)) Sys.unsetenv("PAGESHARE_DIR") else Sys.setenv(PAGESHARE_DIR = old_env)
+    unlink(dir, recursive = TRUE)
+  }, add = TRUE)
   dead <- background_owner(2L, register = "kill_test")
   live <- background_owner(1L, register = "live_test")
   on.exit({ dead$proc$kill(); live$proc$kill() }, add = TRUE)
