@@ -96,6 +96,12 @@ shared_memory_usable <- function() {
   shm_pool$memory_usable
 }
 
+# Is the pool running with every worker in place?
+pool_ready <- function() {
+  pids <- shm_pool$pids
+  length(pids) > 0L && !anyNA(pids)
+}
+
 pool_ensure <- function() {
   pids <- shm_pool$pids
   if (is.null(pids)) pool_start(pool_worker_count(NULL, "pageshare.workers")) else if (anyNA(pids)) pool_fill_vacancies()
@@ -128,10 +134,11 @@ pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_, resend
 }
 
 # Waits for the next event of the pool and handles it; returns its code (see
-# ps_pool_next_event in entry_pool_messages.rs): 4 when no message is out
+# ps_pool_next_event_rs in entry_pool_messages.rs, and 7: a reply delivered
+# in C, see src/pool_plain_path.c): 4 when no message is out
 # (unless `idle`, which waits for a death).
 pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
-  ev <- .Call(ps_pool_next_event, timeout, idle)
+  ev <- .Call(ps_pool_next_event_delivered, timeout, idle)
   switch(ev[[1L]] + 1L,
          pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
          pool_on_death(ev[[2L]], ev[[3L]], ev[[4L]], ev[[5L]], ev[[6L]]),
@@ -139,7 +146,8 @@ pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
          NULL,
          NULL,
          pageshare_stop("pool_out_of_step", ev[[2L]], format(ev[[3L]]), format(ev[[4L]])),
-         pool_on_condition(ev[[2L]]))
+         pool_on_condition(ev[[2L]]),
+         NULL)
   ev[[1L]]
 }
 
@@ -166,8 +174,7 @@ pool_on_reply <- function(what, payload, plain) {
     # A plain reply (no handle inside) is read in one step; should that fail
     # (no memory), its task fails and the error goes on to the caller.
     read <- FALSE
-    on.exit(if (!read) pool_deliver(what, list(status = "error", index = NA_integer_,
-                                               condition = simpleError("its reply could not be read"))))
+    on.exit(if (!read) pool_deliver(what, pool_unreadable_reply))
     reply <- .Call(ps_unserialize, payload)
     read <- TRUE
   } else {
@@ -184,6 +191,10 @@ pool_on_reply <- function(what, payload, plain) {
   }
   pool_deliver(what, reply)
 }
+
+# The reply of a message whose reply cannot be read (e.g. no memory for it).
+pool_unreadable_reply <- list(status = "error", index = NA_integer_,
+                              condition = simpleError("its reply could not be read"))
 
 pool_deliver <- function(what, reply) {
   if (is.environment(what)) {

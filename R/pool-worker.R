@@ -11,10 +11,11 @@
 #            a worker gets also carries the map itself (`stage`: FUN, X, dots
 #            and seed, serialized once for all workers), which the worker
 #            keeps until the next map.
-# With a message come two bits of its tag: `release`, the master holds every
-# result this worker handed over before, so their segments can be let go;
-# `plain`, a call with no handle inside (see plain_call() in R/pool.R), run
-# in one step in C.
+# With a message come three bits of its tag: `release`, the master holds
+# every result this worker handed over before, so their segments can be let
+# go; `plain`, a call with no handle inside (see plain_call() in R/pool.R),
+# run in C (src/pool_plain_path.c); `scan`, the master let go of segments
+# since this worker's last message, so views of them may be stale.
 # Every message carries `threshold`, the master's size from which a result
 # travels as shared data.
 # The reply is a serialized list(status = "ok", value) or
@@ -27,31 +28,44 @@ pool_worker_main <- function() {
   .Call(ps_pool_worker_connect)
   become_receiver()
   maps <- new.env(parent = emptyenv())
-  # The tag of the message being run: an error that ends the loop below is
-  # that message's reply.
-  running <- NULL
   serve <- function() {
     repeat {
-      msg <- .Call(ps_pool_worker_next)
+      # (plain calls are run and answered in C while no earlier message left
+      # state to let go of; the first message it leaves is run here)
+      msg <- .Call(ps_pool_worker_serve, pool_worker_clean(maps))
       if (is.null(msg)) return(TRUE)
-      running <<- msg[[1L]]
-      reply <- if (msg[[4L]]) pool_worker_plain(msg[[2L]], msg[[3L]], maps) else pool_worker_run(msg[[2L]], msg[[3L]], maps)
-      if (!pool_worker_reply(running, reply)) return(TRUE)
+      reply <- if (length(msg) == 6L) {
+        pool_worker_shared_reply(msg[[6L]])
+      } else if (msg[[4L]]) {
+        pool_worker_plain(msg[[2L]], msg[[3L]], msg[[5L]], maps)
+      } else {
+        pool_worker_run(msg[[2L]], msg[[3L]], msg[[5L]], maps)
+      }
+      if (!pool_worker_reply(msg[[1L]], reply)) return(TRUE)
     }
   }
   # One handler for many messages (setting one up per message would cost
-  # more than a small task): after an error it is set up again. Conditions
+  # more than a small task): after an error it is set up again. The error is
+  # the reply to the message being run (the last one received). Conditions
   # meant to be seen at once (progressr's updates) go to the master as they
   # are signalled.
   repeat {
-    done <- tryCatch(withCallingHandlers(serve(), immediateCondition = function(cond) pool_worker_relay(running, cond)),
-                     error = function(e) {
-                       .Call(ps_task_state, FALSE)
-                       !pool_worker_reply(running, pool_error_reply(NA_integer_, e))
-                     })
+    done <- tryCatch(withCallingHandlers(serve(), immediateCondition = function(cond) {
+      pool_worker_relay(.Call(ps_pool_worker_running), cond)
+    }), error = function(e) {
+      .Call(ps_task_state, FALSE)
+      !pool_worker_reply(.Call(ps_pool_worker_running), pool_error_reply(NA_integer_, e))
+    })
     if (done) break
   }
   invisible()
+}
+
+# May the next plain calls run in C? Not while an earlier message left a
+# map's data, a foreach loop's state or an open handle scope (see
+# pool_worker_begin() and pool_worker_forget()).
+pool_worker_clean <- function(maps) {
+  is.null(maps$id) && is.null(doshm_state$loop) && !isTRUE(worker_scope_open$open)
 }
 
 # Sends a condition the running task signalled (an "immediateCondition", as
@@ -98,22 +112,27 @@ pool_worker_forget <- function(maps, op = "call", starting = TRUE) {
 
 # A plain call (no handle inside: see plain_call() in R/pool.R), run in one
 # step in C (src/pool_messages.c); a value worth sharing is shared here.
-pool_worker_plain <- function(payload, release, maps) {
+pool_worker_plain <- function(payload, release, scan, maps) {
   pool_worker_begin(release)
   pool_worker_forget(maps)
-  collect_stale_views()
+  collect_stale_views(scan)
   out <- .Call(ps_pool_run_plain, payload)
-  if (is.raw(out)) return(out)
+  if (is.raw(out)) out else pool_worker_shared_reply(out)
+}
+
+# The reply to a plain call whose value holds data worth sharing
+# (ps_pool_run_plain()'s list(value, threshold)), shared here.
+pool_worker_shared_reply <- function(out) {
   pool_ok_reply(worker_result(list(value = out[[1L]], visible = TRUE), out[[2L]]))
 }
 
-pool_worker_run <- function(payload, release, maps) {
+pool_worker_run <- function(payload, release, scan, maps) {
   pool_worker_begin(release)
   .Call(ps_task_state, TRUE)
   on.exit(.Call(ps_task_state, FALSE))
   msg <- unserialize(payload)
   pool_worker_forget(maps, msg$op, !is.null(msg$stage) || !is.null(msg$task$setup))
-  collect_stale_views()
+  collect_stale_views(scan)
   switch(msg$op,
          call = pool_worker_call(msg),
          chunk = pool_worker_chunk(msg, maps),

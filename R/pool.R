@@ -15,6 +15,9 @@
 #' * `shm_call(FUN, ...)` sends `FUN(...)` to a worker and returns a task at
 #'   once; `shm_value(task)` waits for its value. Arguments are evaluated here;
 #'   large vectors among them are shared once and read by the worker in place.
+#'   A worker holds two calls at a time; further calls wait in this session
+#'   and go to the first worker free, as this session reads replies: whenever
+#'   it sends another call or waits for a value.
 #' * [shm_map()] applies a function to every element of a vector or list on
 #'   all workers.
 #'
@@ -57,8 +60,14 @@ start_workers <- function(n = NULL) {
 #' @rdname shm_pool
 #' @export
 shm_call <- function(FUN, ...) {
-  FUN <- as_function(FUN)
   args <- list(...)
+  # (a plain call to a running pool is made and sent in one step, in C)
+  if (is.function(FUN) && pool_ready()) {
+    task <- .Call(ps_pool_call_plain, environment(FUN), FUN, args, shm_pool$generation)
+    if (is.environment(task)) return(task)
+    if (identical(task, -2)) pool_interrupted()
+  }
+  FUN <- as_function(FUN)
   pool_ensure()
   threshold <- share_threshold()
   keep <- NULL

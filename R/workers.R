@@ -210,9 +210,11 @@ stubs <- new.env(parent = emptyenv())
 # its earlier tasks mapped; once their owner has released a segment, only those
 # views keep its pages alive. Run at the start of every task a pageshare backend
 # sends: a full collection when (and only when) a mapped segment is stale (a
-# full collection for every task or future cost ~30 ms).
-collect_stale_views <- function() {
-  if (.Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
+# full collection for every task or future cost ~30 ms). Looking costs a
+# check of each mapped segment's holder in /proc: the pool's workers look
+# only when their master says it let go of segments since (`scan`).
+collect_stale_views <- function(scan = TRUE) {
+  if (scan && .Call(ps_mapped_stale) > 0L) invisible(gc(verbose = FALSE))
   check_received_handles()
   invisible()
 }

@@ -41,14 +41,15 @@
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                      \
   X(ps_segments_table, 2)                                                                          \
   X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
-  X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0) X(ps_pool_next_event, 2)   \
+  X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)                             \
   X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \
-  X(ps_pool_worker_next, 0) X(ps_pool_worker_reply, 4) X(ps_rng_stream, 2)
+  X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)
 
 #define C_ENTRY_POINTS(X)                                                                          \
   X(ps_serialized_size, 1) X(ps_binding, 2) X(ps_restore_binding, 5) X(ps_unlock_binding, 2)       \
   X(ps_run_iterations, 3) X(ps_serialize_native, 1) X(ps_unserialize, 1) X(ps_pool_run_plain, 1)    \
-  X(ps_plain_call, 3)
+  X(ps_plain_call, 3) X(ps_pool_call_plain, 4) X(ps_pool_next_event_delivered, 2)                \
+  X(ps_pool_worker_serve, 1)
 
 #define SHELL(name, n)                                                                             \
   SEXP name##_rs P##n;                                                                             \

@@ -9,13 +9,14 @@
 #include <Rinternals.h>
 #include <string.h>
 #include "boundary.h"
+#include "pool_messages.h"
 
 /* The Rust bodies of two entry points (entry_share.rs, entry_tasks.rs): NULL
  * when they failed, with the error pending. */
 SEXP ps_worth_walking_rs(SEXP x, SEXP threshold);
 SEXP ps_task_state_rs(SEXP running);
 
-static SEXP rust(SEXP out) {
+SEXP ps_rust(SEXP out) {
   if (out == NULL) ps_raise_pending();
   return out;
 }
@@ -127,9 +128,13 @@ static int is_vector_or_list(SEXP x) {
  * with `args` a plain call (see plain_call() in R/pool.R)? The environment is
  * none of the function's own (the global environment or a namespace) and no
  * argument holds data worth sharing or a view. */
+int ps_is_plain_call(SEXP env, SEXP args, SEXP threshold) {
+  if (env != R_NilValue && env != R_GlobalEnv && !R_IsNamespaceEnv(env)) return 0;
+  return Rf_asLogical(ps_rust(ps_worth_walking_rs(args, threshold))) != TRUE;
+}
+
 SEXP ps_plain_call(SEXP env, SEXP args, SEXP threshold) {
-  if (env != R_NilValue && env != R_GlobalEnv && !R_IsNamespaceEnv(env)) return Rf_ScalarLogical(FALSE);
-  return Rf_ScalarLogical(Rf_asLogical(rust(ps_worth_walking_rs(args, threshold))) != TRUE);
+  return Rf_ScalarLogical(ps_is_plain_call(env, args, threshold));
 }
 
 /* A worker runs a plain call: `payload` is list(op = "call", FUN, args,
@@ -142,10 +147,10 @@ SEXP ps_pool_run_plain(SEXP payload) {
   if (TYPEOF(msg) != VECSXP || XLENGTH(msg) != 4) Rf_error("a plain call of pageshare's pool is damaged");
   SEXP threshold = VECTOR_ELT(msg, 3);
   SEXP call = PROTECT(call_of(VECTOR_ELT(msg, 1), VECTOR_ELT(msg, 2)));
-  rust(ps_task_state_rs(Rf_ScalarLogical(TRUE)));
+  ps_rust(ps_task_state_rs(Rf_ScalarLogical(TRUE)));
   SEXP value = PROTECT(Rf_eval(call, R_GlobalEnv));
-  rust(ps_task_state_rs(Rf_ScalarLogical(FALSE)));
-  if (is_vector_or_list(value) && Rf_asLogical(rust(ps_worth_walking_rs(value, threshold))) == TRUE) {
+  ps_rust(ps_task_state_rs(Rf_ScalarLogical(FALSE)));
+  if (is_vector_or_list(value) && Rf_asLogical(ps_rust(ps_worth_walking_rs(value, threshold))) == TRUE) {
     SEXP out = Rf_allocVector(VECSXP, 2);
     SET_VECTOR_ELT(out, 0, value);
     SET_VECTOR_ELT(out, 1, threshold);

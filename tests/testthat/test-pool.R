@@ -82,6 +82,106 @@ test_that("a plain call passes names, NULL, functions, environments and byte cod
   expect_identical(shm_value(shm_call(function(...) sum(...), 1, 2, 3)), 6)
 })
 
+test_that("a stream of plain calls: each reply reaches its own task, errors and conditions too", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  f <- function(i) if (i %% 7 == 0) stop("seven ", i) else i * 2
+  tasks <- lapply(1:30, function(i) shm_call(f, i))
+  got <- lapply(tasks, function(t) tryCatch(shm_value(t), pageshare_task_failed = function(e) conditionMessage(e$parent)))
+  expect_identical(got, lapply(1:30, function(i) if (i %% 7 == 0) paste("seven", i) else i * 2))
+  # a condition meant to be seen at once (as progressr's updates are) reaches
+  # a handler here, from the call that signalled it
+  tick <- function(i) {
+    signalCondition(structure(class = c("my_tick", "immediateCondition", "condition"),
+                              list(message = paste("tick", i), call = NULL)))
+    i
+  }
+  seen <- character()
+  withCallingHandlers({
+    ticks <- lapply(1:3, function(i) shm_call(tick, i))
+    expect_identical(lapply(ticks, shm_value), list(1L, 2L, 3L))
+  }, my_tick = function(cond) seen <<- c(seen, conditionMessage(cond)))
+  expect_identical(seen, paste("tick", 1:3))
+  # between the chunks of a map and a foreach loop's tasks, which leave state on the worker
+  expect_identical(shm_map(1:4, function(i) i), as.list(1:4))
+  expect_identical(shm_value(shm_call(f, 2)), 4)
+  expect_identical(shm_map(1:4, function(i) -i), as.list(-(1:4)))
+})
+
+test_that("calls run while R is still sending more (replies read as calls are sent)", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  # Each call records when it ran; R sends one every few milliseconds. A
+  # worker holds at most two messages at a time, so without reading replies
+  # while sending, the other calls would all wait until R collects.
+  tasks <- list()
+  for (i in 1:40) {
+    tasks[[i]] <- shm_call(function(i) { Sys.sleep(0.001); c(i, as.numeric(Sys.time())) }, i)
+    Sys.sleep(0.005)
+  }
+  sent_last <- as.numeric(Sys.time())
+  got <- lapply(tasks, shm_value)
+  expect_identical(vapply(got, `[`, 1, 1), as.numeric(1:40))
+  expect_gt(sum(vapply(got, `[`, 1, 2) < sent_last), 10)
+})
+
+test_that("a reply with handles read while sending, and a death among read replies", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  big <- shm_call(function(n) as.numeric(seq_len(n)), 3e5)
+  small <- lapply(1:10, function(i) { Sys.sleep(0.005); shm_call(function(i) i, i) })
+  expect_identical(lapply(small, shm_value), as.list(1:10))
+  v <- shm_value(big)
+  expect_true(shared_info(v)$owned_here)
+  expect_identical(v, as.numeric(seq_len(3e5)))
+  # calls before, at and after a worker's death: those before keep their
+  # values, the one that killed it fails naming its pid, the later ones run
+  # on its replacement
+  before <- lapply(1:5, function(i) shm_call(function(i) i, i))
+  pid <- pool_pids()
+  killer <- shm_call(function() tools::pskill(Sys.getpid(), tools::SIGKILL))
+  after <- lapply(1:5, function(i) { Sys.sleep(0.005); shm_call(function(i) -i, i) })
+  expect_identical(lapply(before, shm_value), as.list(1:5))
+  e <- tryCatch(shm_value(killer), error = function(e) e)
+  expect_s3_class(e, "pageshare_worker_died")
+  expect_match(conditionMessage(e), as.character(pid))
+  expect_identical(lapply(after, shm_value), as.list(-(1:5)))
+  expect_true(pids_gone(pid))
+})
+
+test_that("a worker looks for stale views only after its master let go of segments", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  pid <- pool_pids()
+  io <- sprintf("/proc/%d/io", pid)
+  skip_if_not(file.access(io, 4) == 0, "the worker's /proc/PID/io cannot be read here")
+  # (each look reads every mapped segment's holder in /proc: counted as read calls)
+  reads <- function() as.numeric(sub("^syscr: ", "", grep("^syscr", readLines(io), value = TRUE)))
+  segs <- lapply(1:40, function(i) share(runif(2e5)))
+  for (s in segs) shm_value(shm_call(function(v) length(v), s))   # (the worker maps all 40)
+  before <- reads()
+  for (i in 1:20) shm_value(shm_call(function(v) length(v), segs[[1]]))
+  for (i in 1:20) shm_value(shm_call(function(i) i, i))
+  expect_lt(reads() - before, 40)
+  # once the master lets go of segments, the worker's next task drops its views of them
+  segs[2:40] <- NULL
+  invisible(gc())
+  mapped <- function() shm_value(shm_call(function() nrow(pageshare::shared_segments())))
+  expect_lte(mapped(), 1L + 1L)   # (segs[[1]], and at most one segment of the call's own)
+})
+
+test_that("a plain call follows the threshold as set now, and its rule", {
+  on.exit({ options(old); stop_workers() }, add = TRUE)
+  old <- options(pageshare.threshold = 1024)
+  start_workers(1)
+  is_view <- function(v) pageshare::is_shared(v)
+  expect_true(shm_value(shm_call(is_view, runif(1000))))
+  options(pageshare.threshold = 1e6)
+  expect_false(shm_value(shm_call(is_view, runif(1000))))
+  options(pageshare.threshold = "a lot")
+  expect_error(shm_call(is_view, 1), class = "pageshare_bad_argument")
+})
+
 test_that("a large value is taken over when its reply arrives, not when it is collected", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)

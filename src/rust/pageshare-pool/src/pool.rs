@@ -294,6 +294,29 @@ impl Pool {
         self.region.tasks(slot).send(tag, bytes, patience, give_up)
     }
 
+    /// A message that has arrived from any worker, read without waiting for
+    /// one to arrive: `Some((slot, tag))`, or None when no ring holds one.
+    /// (Deaths are left to `receive_any`, which reports them after the
+    /// messages read here.)
+    pub fn try_receive(
+        &mut self,
+        out: &mut Vec<u8>,
+        give_up: &mut dyn FnMut() -> Option<StopReason>,
+    ) -> Result<Option<(u64, u64)>, RingError> {
+        let n = self.size();
+        for k in 0..n {
+            let slot = (self.next_scan + k) % n;
+            let ring = self.region.results(slot);
+            if ring.has_data() {
+                self.next_scan = (slot + 1) % n;
+                // (a message larger than the ring is read as its worker writes it)
+                let tag = ring.receive(out, Patience::default(), give_up)?;
+                return Ok(Some((slot, tag)));
+            }
+        }
+        Ok(None)
+    }
+
     /// The next message from any worker, or the death of one (each death is
     /// reported once, after the messages it sent before it died).
     pub fn receive_any(

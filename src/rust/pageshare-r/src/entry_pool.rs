@@ -9,6 +9,7 @@
 //! order and R raises the interrupt afterwards (see `pool_receive`).
 
 use crate::boundary::{entry, ErrorKind, RError};
+use crate::entry_pool_messages::Arrived;
 use crate::r_calls::{
     alloc_vector, as_integer, as_real, interrupted, list_of, raw_vec, scalar_integer, string_arg, Protect,
 };
@@ -19,6 +20,8 @@ use pageshare_pool::ring::RingError;
 use pageshare_pool::rng::stream_after;
 use pageshare_pool::wait::{Patience, StopReason};
 use pageshare_pool::worker::{connect_from_env, Connection};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -34,6 +37,12 @@ pub struct Master {
     /// Replies of the pool may be sent to a worker as soon as R has read
     /// the last reply (see entry_pool_messages.rs).
     pub dispatch_due: bool,
+    /// Messages read off the result rings before R asked for them, given to
+    /// R first, in order (see `harvest` in entry_pool_messages.rs).
+    pub arrived: VecDeque<Arrived>,
+    /// For each slot, this process's count of segments let go of when its
+    /// worker was last sent a message (see [`SCAN`]).
+    pub scanned: Vec<u64>,
 }
 
 impl Master {
@@ -43,6 +52,11 @@ impl Master {
         for key in self.dispatch.drain() {
             crate::r_store::take(key);
         }
+        for a in self.arrived.drain(..) {
+            if let Arrived::Reply { what, .. } = a {
+                crate::r_store::take(what);
+            }
+        }
     }
 }
 
@@ -50,6 +64,8 @@ impl Master {
 static POOL: Mutex<Option<Master>> = Mutex::new(None);
 /// This process's connection to its master, if it is a worker.
 static WORKER: OnceLock<Connection> = OnceLock::new();
+/// A worker: the tag of the last message received (see `ps_pool_worker_running_rs`).
+static RUNNING: AtomicU64 = AtomicU64::new(0);
 /// Reused for every message received (no allocation per message).
 static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
@@ -198,6 +214,8 @@ pub extern "C" fn ps_pool_start_rs(
             cores: cores.max(1.0) as usize,
             spin: Duration::from_micros(spin.clamp(0.0, 1e6) as u64),
             dispatch_due: false,
+            arrived: VecDeque::new(),
+            scanned: vec![0; n as usize],
         });
         POOL_OWNER.store(pageshare_core::os::pid(), std::sync::atomic::Ordering::Relaxed);
         pids(&guard.as_ref().expect("just set").pool)
@@ -245,6 +263,12 @@ pub const PLAIN: u64 = 1 << 62;
 /// The bit of a worker's message that says it is not a reply but a condition
 /// its task signalled, relayed at once (see R/pool-worker.R).
 pub const CONDITION: u64 = 1 << 61;
+/// The bit of a message's tag that tells the worker its master has let go of
+/// segments since its last message: views of them may be stale (see
+/// collect_stale_views() in R/workers.R). Without it the worker need not look.
+pub const SCAN: u64 = 1 << 60;
+/// Every flag bit of a tag (the rest is the message's number).
+pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN;
 
 /// `bit` if the R flag `x` is TRUE, else 0.
 pub fn flag_bit(x: SEXP, bit: u64) -> Result<u64, RError> {
@@ -295,7 +319,7 @@ fn worker() -> Result<&'static Connection, RError> {
     WORKER.get().ok_or_else(|| RError::argument("this process is not a worker of pageshare's pool"))
 }
 
-/// A worker: the next task as `list(tag, payload, release, plain)`, waiting as long as it
+/// A worker: the next task as `list(tag, payload, release, plain, scan)`, waiting as long as it
 /// takes; NULL when the pool closed this worker's ring (the pool stopped).
 #[no_mangle]
 pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
@@ -306,18 +330,26 @@ pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
         let patience = Patience { slice: Duration::from_secs(1), ..Patience::default() };
         match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
             Ok(tag) => {
+                RUNNING.store(tag & !FLAGS, Ordering::Relaxed);
                 let mut scope = Protect::new();
-                let t = scope.protect(crate::r_calls::scalar_real((tag & !(RELEASE | PLAIN)) as f64)?)?;
+                let t = scope.protect(crate::r_calls::scalar_real((tag & !FLAGS) as f64)?)?;
                 let payload = scope.protect(raw_vec(&buf)?)?;
-                let release = scope.protect(crate::r_calls::scalar_logical((tag & RELEASE != 0) as i32)?)?;
-                let plain = scope.protect(crate::r_calls::scalar_logical((tag & PLAIN != 0) as i32)?)?;
+                let mut bit = |b: u64| scope.protect(crate::r_calls::scalar_logical((tag & b != 0) as i32)?);
+                let (release, plain, scan) = (bit(RELEASE)?, bit(PLAIN)?, bit(SCAN)?);
                 shrink(&mut buf);
-                list_of(&[t, payload, release, plain])
+                list_of(&[t, payload, release, plain, scan])
             }
             Err(RingError::Stopped(_)) => Ok(nil()),
             Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
         }
     })
+}
+
+/// A worker: the tag of the message it received last (the one it runs, or
+/// ran: an error that ends its loop is that message's reply).
+#[no_mangle]
+pub extern "C" fn ps_pool_worker_running_rs() -> SEXP {
+    entry(|| crate::r_calls::scalar_real(RUNNING.load(Ordering::Relaxed) as f64))
 }
 
 /// A worker: sends `payload` with `tag` (and `plain`: it holds no handle;

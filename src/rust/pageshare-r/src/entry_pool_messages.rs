@@ -9,12 +9,18 @@
 //! A worker may let go of the segments it handed over with its replies once
 //! its master holds them all: a message goes with that word (`RELEASE`)
 //! only when every reply of that worker has been read by R. So after a
-//! reply that may hold handles (not `PLAIN`), nothing is sent until R has
-//! read it and calls [`ps_pool_dispatch_rs`].
+//! reply that may hold handles (not `PLAIN`), until R has read it and calls
+//! [`ps_pool_dispatch_rs`] (`Master::dispatch_due`), no waiting message is
+//! sent and no message carries that word.
+//!
+//! Replies that arrive while R sends calls are read off their rings then
+//! (`harvest`), so that a stream of calls keeps its workers busy; R is given
+//! them, in order, when it next waits.
 
 use crate::boundary::{entry, RError};
 use crate::entry_pool::{
-    buffer, flag_bit, master_give_up, no_pool, pool, raw_arg, shrink, slot_arg, Master, CONDITION, PLAIN, RELEASE,
+    buffer, flag_bit, master_give_up, no_pool, pool, raw_arg, shrink, slot_arg, Master, CONDITION, FLAGS, PLAIN,
+    RELEASE, SCAN,
 };
 use crate::r_calls::{as_real, list_of, raw_vec, scalar_integer, scalar_logical, scalar_real, Protect};
 use crate::r_sys::*;
@@ -35,12 +41,20 @@ enum Sending {
 }
 
 /// Sends `bytes` with `tag` and `flags` to the worker in `slot` (0-based);
-/// the tag carries [`RELEASE`] when that worker's replies are all read. The
-/// caller records a message sent (`Dispatch::sent`).
-fn send_to(m: &Master, slot: usize, tag: u64, bytes: &[u8], flags: u64) -> Result<Sending, RError> {
-    let release = if m.dispatch.all_answered(slot) { RELEASE } else { 0 };
-    match m.pool.send(slot as u64, tag | release | flags, bytes, Patience::default(), &mut master_give_up(None)) {
-        Ok(()) => Ok(Sending::Sent),
+/// the tag carries [`RELEASE`] when that worker's replies are all read by R
+/// (none is waiting in `m.arrived` or being read, see `harvest`), and
+/// [`SCAN`] when this process let go of segments since that worker's last
+/// message. The caller records a message sent (`Dispatch::sent`).
+fn send_to(m: &mut Master, slot: usize, tag: u64, bytes: &[u8], flags: u64) -> Result<Sending, RError> {
+    let release = if m.dispatch.all_answered(slot) && !m.dispatch_due { RELEASE } else { 0 };
+    let released = pageshare_core::segment::releases();
+    let scan = if m.scanned[slot] != released { SCAN } else { 0 };
+    match m.pool.send(slot as u64, tag | release | scan | flags, bytes, Patience::default(), &mut master_give_up(None))
+    {
+        Ok(()) => {
+            m.scanned[slot] = released;
+            Ok(Sending::Sent)
+        }
         Err(RingError::Stopped(StopReason::Closed)) => Ok(Sending::Gone),
         Err(RingError::Stopped(_)) => Ok(Sending::Interrupted),
         Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
@@ -94,7 +108,7 @@ pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what
         let tag = m.dispatch.next_tag();
         // (the bytes are copied only for a message that is kept or waits)
         let kept = || Message { payload: bytes.to_vec(), flags };
-        let target = match slot {
+        let choose = |m: &Master| match slot {
             Some(s) => Some(s),
             None => match m.dispatch.free_slot(bytes.len(), None) {
                 // (a message waits behind those waiting before it)
@@ -102,6 +116,15 @@ pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what
                 _ => None,
             },
         };
+        let mut target = choose(m);
+        if target.is_none() {
+            // (replies that arrived since R last waited make room: a stream of
+            // calls keeps its workers busy while R is still sending)
+            if !harvest(m)? {
+                return scalar_real(-2.0);
+            }
+            target = choose(m);
+        }
         let key = crate::r_store::keep(what)?;
         let status = match target {
             None => {
@@ -195,10 +218,15 @@ pub extern "C" fn ps_pool_next_event_rs(timeout: SEXP, idle: SEXP) -> SEXP {
         let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
         let mut guard = pool()?;
         let m = guard.as_mut().ok_or_else(no_pool)?;
-        // (R has read every reply it was given by now)
-        m.dispatch_due = false;
+        // (R has read every reply it was given by now; one read off its ring
+        // before, that may hold handles, is still to be given: harvest() stops
+        // after such a reply, so it is the last)
+        m.dispatch_due = m.arrived.back().is_some_and(Arrived::holds_handles);
         send_waiting(m)?;
         let mut scope = Protect::new();
+        if let Some(a) = m.arrived.pop_front() {
+            return event(m, &mut scope, a);
+        }
         if !wait_idle && m.dispatch.outstanding() == 0 {
             return code(&mut scope, 4);
         }
@@ -206,43 +234,18 @@ pub extern "C" fn ps_pool_next_event_rs(timeout: SEXP, idle: SEXP) -> SEXP {
         let patience = Patience { spin, ..Patience::default() };
         let mut buf = buffer();
         let got = m.pool.receive_any(&mut buf, patience, &mut master_give_up(deadline));
-        let out = match got {
-            Ok(Received::Message { tag, .. }) if tag & CONDITION != 0 => {
-                let payload = scope.protect(raw_vec(&buf)?)?;
-                shrink(&mut buf);
-                let items = [code_sexp(&mut scope, 6)?, payload];
-                list_of(&items)
-            }
+        match got {
             Ok(Received::Message { slot, tag }) => {
-                let plain = tag & PLAIN != 0;
-                let tag = tag & !PLAIN;
-                match m.dispatch.answered(slot as usize, tag) {
-                    Ok(sent) => {
-                        let what = scope.protect(crate::r_store::take(sent.what))?;
-                        let payload = scope.protect(raw_vec(&buf)?)?;
-                        shrink(&mut buf);
-                        if plain {
-                            send_waiting(m)?;
-                        } else {
-                            m.dispatch_due = true;
-                        }
-                        let items =
-                            [code_sexp(&mut scope, 0)?, what, payload, scope.protect(scalar_logical(plain as i32)?)?];
-                        list_of(&items)
-                    }
-                    Err(expected) => {
-                        let items = [
-                            code_sexp(&mut scope, 5)?,
-                            scope.protect(scalar_integer(slot as i32 + 1)?)?,
-                            scope.protect(scalar_real(tag as f64)?)?,
-                            scope.protect(scalar_real(expected.map_or(f64::NAN, |e| e as f64))?)?,
-                        ];
-                        list_of(&items)
-                    }
-                }
+                // (the buffer's bytes are lent to the event and taken back: no
+                // allocation per message)
+                let a = arrived(m, slot, tag, std::mem::take(&mut *buf));
+                let (out, payload) = event_lending(m, &mut scope, a);
+                *buf = payload;
+                shrink(&mut buf);
+                out
             }
             Ok(Received::Died { slot, pid }) => {
-                let unread: Vec<u64> = m.pool.vacate(slot).into_iter().map(|t| t & !(RELEASE | PLAIN)).collect();
+                let unread: Vec<u64> = m.pool.vacate(slot).into_iter().map(|t| t & !FLAGS).collect();
                 let lost = m.dispatch.died(slot as usize, &unread);
                 let begun = whats(&mut scope, lost.begun.iter().map(|s| s.what))?;
                 let unread = whats(&mut scope, lost.unread.iter().map(|s| s.what))?;
@@ -260,9 +263,112 @@ pub extern "C" fn ps_pool_next_event_rs(timeout: SEXP, idle: SEXP) -> SEXP {
             Err(RingError::Stopped(StopReason::Interrupted)) => code(&mut scope, 2),
             Err(RingError::Stopped(_)) => code(&mut scope, 3),
             Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's result ring is damaged: {why}"))),
-        };
-        out
+        }
     })
+}
+
+/// A message from a worker, read off its ring.
+pub enum Arrived {
+    /// A reply to the message whose `what` R kept under this key; `plain`:
+    /// it holds no handle.
+    Reply { what: usize, payload: Vec<u8>, plain: bool },
+    /// A condition a task signalled, relayed at once.
+    Condition { payload: Vec<u8> },
+    /// A reply out of step (a bug): its worker's slot and tag, and the tag expected.
+    OutOfStep { slot: u64, tag: u64, expected: Option<u64> },
+}
+
+impl Arrived {
+    fn holds_handles(&self) -> bool {
+        matches!(self, Arrived::Reply { plain: false, .. })
+    }
+}
+
+/// The message `tag` with `payload` from the worker in `slot`, its reply
+/// recorded as answered.
+fn arrived(m: &mut Master, slot: u64, tag: u64, payload: Vec<u8>) -> Arrived {
+    if tag & CONDITION != 0 {
+        return Arrived::Condition { payload };
+    }
+    let plain = tag & PLAIN != 0;
+    let tag = tag & !PLAIN;
+    match m.dispatch.answered(slot as usize, tag) {
+        Ok(sent) => Arrived::Reply { what: sent.what, payload, plain },
+        Err(expected) => Arrived::OutOfStep { slot, tag, expected },
+    }
+}
+
+/// Reads the messages that have arrived, without waiting, into `m.arrived`
+/// (R's next waits are given them first, in order), so that their workers
+/// have room for the messages that wait, and sends those. Stops after a
+/// reply that may hold handles: nothing is sent until R has read it. FALSE
+/// when the user interrupted a long read (the pool is then restarted).
+fn harvest(m: &mut Master) -> Result<bool, RError> {
+    let mut give_up = master_give_up(None);
+    while !m.dispatch_due {
+        let mut payload = Vec::new();
+        match m.pool.try_receive(&mut payload, &mut give_up) {
+            Ok(Some((slot, tag))) => {
+                let a = arrived(m, slot, tag, payload);
+                m.dispatch_due = a.holds_handles();
+                m.arrived.push_back(a);
+            }
+            Ok(None) => break,
+            Err(RingError::Stopped(StopReason::Interrupted)) => return Ok(false),
+            // (a worker that died in the middle of a message: its death is read next)
+            Err(RingError::Stopped(_)) => break,
+            Err(RingError::Corrupt(why)) => {
+                return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
+            }
+        }
+    }
+    send_waiting(m)?;
+    Ok(true)
+}
+
+/// The event R is given for `a` (see ps_pool_next_event_rs).
+fn event(m: &mut Master, scope: &mut Protect, a: Arrived) -> Result<SEXP, RError> {
+    event_lending(m, scope, a).0
+}
+
+/// [`event`], and the payload's buffer back.
+fn event_lending(m: &mut Master, scope: &mut Protect, a: Arrived) -> (Result<SEXP, RError>, Vec<u8>) {
+    match a {
+        Arrived::Condition { payload } => {
+            let out = (|| {
+                let raw = scope.protect(raw_vec(&payload)?)?;
+                let items = [code_sexp(scope, 6)?, raw];
+                list_of(&items)
+            })();
+            (out, payload)
+        }
+        Arrived::Reply { what, payload, plain } => {
+            let out = (|| {
+                let what = scope.protect(crate::r_store::take(what))?;
+                let raw = scope.protect(raw_vec(&payload)?)?;
+                if plain {
+                    send_waiting(m)?;
+                } else {
+                    m.dispatch_due = true;
+                }
+                let items = [code_sexp(scope, 0)?, what, raw, scope.protect(scalar_logical(plain as i32)?)?];
+                list_of(&items)
+            })();
+            (out, payload)
+        }
+        Arrived::OutOfStep { slot, tag, expected } => {
+            let out = (|| {
+                let items = [
+                    code_sexp(scope, 5)?,
+                    scope.protect(scalar_integer(slot as i32 + 1)?)?,
+                    scope.protect(scalar_real(tag as f64)?)?,
+                    scope.protect(scalar_real(expected.map_or(f64::NAN, |e| e as f64))?)?,
+                ];
+                list_of(&items)
+            })();
+            (out, Vec::new())
+        }
+    }
 }
 
 fn code_sexp(scope: &mut Protect, c: i32) -> Result<SEXP, RError> {

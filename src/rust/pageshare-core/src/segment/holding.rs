@@ -9,11 +9,31 @@ use crate::locator::Locator;
 use crate::os;
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// Descriptors of segments a worker has handed to its master ([`Segment::disown`]),
 /// kept open until the master has had the chance to open them itself.
 static HANDOFFS: Mutex<Vec<File>> = Mutex::new(Vec::new());
+
+/// How many times this process stopped holding a segment (released it, or
+/// dropped the last reference while holding it).
+static RELEASES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process has stopped holding a segment so far: a
+/// process that maps segments of this one need look for stale ones (see
+/// `registry::stale`) only when this has changed.
+pub fn releases() -> u64 {
+    RELEASES.load(Ordering::Relaxed)
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if self.owned_here() {
+            RELEASES.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
 
 impl Segment {
     /// Where another process can find this segment now: this process if it
@@ -74,6 +94,7 @@ impl Segment {
     pub fn release(&self) {
         if self.owned_here() {
             self.held.lock().unwrap_or_else(|p| p.into_inner()).take();
+            RELEASES.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -33,7 +33,7 @@ mod open;
 mod tests;
 
 pub use create::{Handover, HANDOVER_CHUNK};
-pub use holding::release_handoffs;
+pub use holding::{release_handoffs, releases};
 
 /// Prefix of the name every pageshare memfd carries in /proc.
 pub const MEMFD_PREFIX: &str = "pageshare.";
