@@ -35,6 +35,14 @@ old_pool <- function(expr) {   # pageshare's front doors on the PSOCK pool
   expr
 }
 
+# Untimed, before each measurement, so that no system pays for the garbage of
+# the one before it: a collection here, then one in each pool worker (of the
+# views of segments let go of, whose pages the kernel frees then).
+settle <- function() {
+  invisible(gc())
+  if (length(pageshare:::shm_pool$pids)) invisible(pageshare:::pool_call_each(function() invisible(gc())))
+}
+
 # Runs each function of `systems` once per round, in turn, each round starting
 # one system further on (so that no system always follows the same other);
 # prints medians (in `unit`) and ratios to the first.
@@ -43,7 +51,10 @@ compare <- function(title, systems, unit = "ms", scale = 1) {
   times <- matrix(NA_real_, rounds, length(systems), dimnames = list(NULL, names(systems)))
   k <- length(systems)
   for (r in seq_len(rounds)) {
-    for (s in names(systems)[(seq_len(k) + r - 2L) %% k + 1L]) times[r, s] <- systems[[s]]() * scale
+    for (s in names(systems)[(seq_len(k) + r - 2L) %% k + 1L]) {
+      settle()
+      times[r, s] <- systems[[s]]() * scale
+    }
   }
   med <- apply(times, 2, median)
   cat(sprintf("\n%s (median of %d rounds)\n", title, rounds))
@@ -130,16 +141,20 @@ if ("foreach" %in% sections && requireNamespace("foreach", quietly = TRUE)) {
 }
 
 if ("vector" %in% sections) {
+  # (per call, over 10 calls in a row, as for the round trip: one call alone
+  # would time a worker waking from sleep more than the call)
+  k <- 10
   same <- runif(1e6)   # 8 MB
   back <- function(v) v
+  fresh <- function() lapply(seq_len(k), function(i) runif(1e6))   # (made before the clock starts)
   systems <- list(
-    `pool: same vector` = function() ms(shm_value(shm_call(back, same))),
-    `pool: a new vector each time` = function() { v <- runif(1e6); ms(shm_value(shm_call(back, v))) },
-    `PSOCK: clusterCall(), new vector` = function() { v <- runif(1e6); ms(clusterCall(cl[1], back, v)) })
+    `pool: same vector` = function() ms(for (i in seq_len(k)) shm_value(shm_call(back, same))) / k,
+    `pool: a new vector each time` = function() { vs <- fresh(); ms(for (v in vs) shm_value(shm_call(back, v))) / k },
+    `PSOCK: clusterCall(), new vector` = function() { vs <- fresh(); ms(for (v in vs) clusterCall(cl[1], back, v)) / k })
   if (has_mirai) {
-    systems$`mirai: new vector` <- function() { v <- runif(1e6); ms(mirai::mirai(v, v = v)[]) }
+    systems$`mirai: new vector` <- function() { vs <- fresh(); ms(for (v in vs) mirai::mirai(v, v = v)[]) / k }
   }
-  compare("an 8 MB double vector there and back", systems)
+  compare("an 8 MB double vector there and back, per call of 10 in a row", systems)
 }
 
 if ("colapply" %in% sections) {

@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
+use std::sync::Mutex;
 
 /// One mapping met in a range: `[start, end)`, whether it is private and
 /// readable and writable but not executable ("rw-p"), and the mapped file's
@@ -58,12 +59,21 @@ const VMA_WRITABLE: u64 = 2;
 const VMA_EXECUTABLE: u64 = 4;
 const VMA_SHARED: u64 = 8;
 
+/// This process's /proc/self/maps, open for PROCMAP_QUERY, with the pid that
+/// opened it.
+static MAPS: Mutex<Option<(u32, File)>> = Mutex::new(None);
+
 /// [`private_mappings_cover`] by PROCMAP_QUERY: the mapping at each address
 /// from `start` on, one after the other. `None` if the kernel does not have
 /// the ioctl.
 fn query_cover(start: usize, end: usize, accept: impl Fn(&Area) -> bool) -> Option<bool> {
-    // (opened for each question: a forked child must ask about its own mappings)
-    let maps = File::open("/proc/self/maps").ok()?;
+    let mut held = MAPS.lock().unwrap_or_else(|p| p.into_inner());
+    // (opened once per process: a forked child must ask about its own mappings)
+    let me = super::pid();
+    if held.as_ref().is_none_or(|(pid, _)| *pid != me) {
+        *held = Some((me, File::open("/proc/self/maps").ok()?));
+    }
+    let maps = &held.as_ref().expect("opened above").1;
     let mut name = vec![0u8; 4096];
     let mut at = start;
     while at < end {

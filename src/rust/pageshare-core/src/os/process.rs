@@ -10,6 +10,12 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
+/// This process's parent's id.
+pub fn parent_pid() -> u32 {
+    // SAFETY: getppid() takes nothing and cannot fail.
+    unsafe { libc::getppid() as u32 }
+}
+
 /// Start time of a process (clock ticks since boot, field 22 of /proc/PID/stat),
 /// which together with the pid identifies a process even after pid reuse.
 pub fn start_time(pid: u32) -> Option<u64> {
@@ -34,6 +40,24 @@ pub fn process_exited(pid: u32) -> bool {
     // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// A process this one ends with, as (pid, start time): see [`note_ends_with`].
+static ENDS_WITH: std::sync::OnceLock<(u32, u64)> = std::sync::OnceLock::new();
+
+/// Note that this process ends as soon as the process (pid, start time) does
+/// (a pool worker, which a thread ends when its master's socket closes):
+/// [`is_alive_or_outlived`] then answers for it without reading /proc.
+pub fn note_ends_with(pid: u32, start: u64) {
+    let _ = ENDS_WITH.set((pid, start));
+}
+
+/// [`is_alive`], except that a process this one ends with (see
+/// [`note_ends_with`]) counts as running without a look: for callers that
+/// next open one of its descriptors through /proc, which fails should it
+/// have ended a moment ago. (Not for watching a process end.)
+pub fn is_alive_or_outlived(pid: u32, start: u64) -> bool {
+    ENDS_WITH.get() == Some(&(pid, start)) || is_alive(pid, start)
 }
 
 /// Is the process (pid, start time) still running? A zombie (exited, not yet

@@ -95,7 +95,7 @@ impl Segment {
 /// entries judge their holders by the kernel's locks instead ([`crate::index`]).
 fn is_held(l: &Locator) -> bool {
     use std::os::unix::fs::MetadataExt;
-    os::is_alive(l.pid, l.start)
+    os::is_alive_or_outlived(l.pid, l.start)
         && std::fs::metadata(format!("/proc/{}/fd/{}", l.pid, l.fd)).is_ok_and(|m| (m.dev(), m.ino()) == (l.dev, l.ino))
 }
 
