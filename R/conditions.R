@@ -21,8 +21,11 @@
 #'     pageshare segment: damaged, foreign, or of another format.}
 #'   \item{`pageshare_name_taken`}{A memshare name (namespace and variable) is
 #'     already registered by another live process.}
+#'   \item{`pageshare_key_conflict`}{Other data are shared under the key
+#'     given to [share()] (see [share_by_key]).}
 #'   \item{`pageshare_not_registered`}{No variable (or no view) of that name is
-#'     registered in that namespace.}
+#'     registered in that namespace, or no process shares an object under that
+#'     key.}
 #'   \item{`pageshare_permission`}{The operating system refused access, or a
 #'     file pageshare must trust is not safe to use (the index directory or an
 #'     entry in it belongs to another user, is a link, a FIFO, or is open to

@@ -55,6 +55,8 @@ pageshare_messages <- list(
   map_x = "`X` must be a vector or a list, not %s",
   map_seed = "`.seed` must be FALSE, TRUE, a single number or an L'Ecuyer-CMRG .Random.seed (7 integers), not %s",
   need_progressr = "`.progress = TRUE` needs the package progressr; install it first",
+  bad_key = "`key` must be a single non-empty string or TRUE (a content key), not %s",
+  list_key = "%s is a list: a key given as a string names one vector; use key = TRUE to share each element under its content key",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 

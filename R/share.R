@@ -43,8 +43,12 @@
 #'
 #' @param x A logical, integer, double, complex, raw or character vector (any
 #'   attributes: matrices, factors, dates...), or a list of such vectors.
+#' @param key `NULL` (default), or a key under which other R processes of this
+#'   user on this machine find the data, and under which the same data shared
+#'   by another process are found instead of copied: a string, or `TRUE` for
+#'   the content key of `x` (see [share_by_key]).
 #' @return A view of `x` (or a list of views).
-#' @seealso [is_shared()], [shared_info()], [with_handles()], [pageshare_options]
+#' @seealso [is_shared()], [shared_info()], [with_handles()], [share_by_key], [pageshare_options]
 #' @examples
 #' x <- share(rnorm(1e5))
 #' is_shared(x)
@@ -55,7 +59,8 @@
 #' identical(x[2], y[2])
 #' rm(x, y); invisible(gc())
 #' @export
-share <- function(x) {
+share <- function(x, key = NULL) {
+  if (!is.null(key)) return(share_keyed(x, key, "x"))
   share_value(x, "x")
 }
 
@@ -71,7 +76,7 @@ share_value <- function(x, where) {
   pageshare_stop("share_type", paste0("`", where, "`"), describe_type(x))
 }
 
-share_list <- function(x, where) {
+share_list <- function(x, where, share_element = share_value) {
   # Work on the unclassed list so that `[[<-` methods (data.frame, tibble) are
   # not involved; the class is put back unchanged.
   cls <- oldClass(x)
@@ -81,7 +86,7 @@ share_list <- function(x, where) {
     el <- x[[i]]
     label <- sprintf("%s[[%s]]", where, if (!is.null(nms) && nzchar(nms[i])) dQuote(nms[i], FALSE) else i)
     if (is_shareable_vector(el) || is.list(el)) {
-      shared <- share_value(el, label)
+      shared <- share_element(el, label)
       if (!is.null(shared)) out[[i]] <- shared
     } else if (!is_plain_data(el)) {
       pageshare_stop("share_type", label, describe_type(el))

@@ -14,6 +14,7 @@
 #define P3 (SEXP a, SEXP b, SEXP c)
 #define P4 (SEXP a, SEXP b, SEXP c, SEXP d)
 #define P5 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e)
+#define P6 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f)
 #define P7 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f, SEXP g)
 #define P8 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f, SEXP g, SEXP h)
 #define P10 (SEXP a, SEXP b, SEXP c, SEXP d, SEXP e, SEXP f, SEXP g, SEXP h, SEXP i, SEXP j)
@@ -23,6 +24,7 @@
 #define A3 (a, b, c)
 #define A4 (a, b, c, d)
 #define A5 (a, b, c, d, e)
+#define A6 (a, b, c, d, e, f)
 #define A7 (a, b, c, d, e, f, g)
 #define A8 (a, b, c, d, e, f, g, h)
 #define A10 (a, b, c, d, e, f, g, h, i, j)
@@ -39,7 +41,8 @@
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
   X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                      \
-  X(ps_segments_table, 2)                                                                          \
+  X(ps_segments_table, 2) X(ps_content_key, 2) X(ps_share_keyed, 6) X(ps_retrieve_keyed, 2)      \
+  X(ps_release_key, 1)                                                                             \
   X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
   X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)                             \
   X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \

@@ -679,6 +679,67 @@ check_refused <- function(got, label, allowed = c("pageshare_segment_gone", "pag
   expect_false(has_sentinel(got$data), info = paste(label, "returned foreign data"))
 }
 
+test_that("another user's keyed objects are never found, nor their entry under a key in our index (root)", {
+  user <- local_other_user()
+  xchg <- local_exchange()
+  skip_unless_user_loads_pageshare(user, xchg)
+  f <- function(name) file.path(xchg, name)
+  rscript_as(user, xchg, wait = FALSE, c(
+    "library(pageshare)",
+    sprintf("writeLines(as.character(Sys.getpid()), %s)", deparse(f("their.pid"))),
+    sprintf("sentinel <- %s", paste(deparse(sentinel, control = "digits17"), collapse = "")),
+    "v <- share(c(sentinel, as.double(1:1000)), key = 'planted')",
+    "k <- share(sentinel, key = TRUE)",
+    sprintf("file.copy(list.files(file.path(getOption('pageshare.dir'), paste0('pageshare-', %d)), '^pageshare[.]k[.]planted[.]', full.names = TRUE), %s)",
+            user$uid, deparse(f("their-entry.bin"))),
+    sprintf("writeLines('ready', %s)", deparse(f("ready"))),
+    sprintf("t0 <- Sys.time(); while (!file.exists(%s) && Sys.time() - t0 < 60) Sys.sleep(0.05)", deparse(f("done")))))
+  wait_for_file(f("their.pid"))
+  their_pid <- as.integer(readLines(f("their.pid")))
+  defer_fn(function() {
+    file.create(f("done"))
+    deadline <- Sys.time() + 10
+    while (pid_alive(their_pid) && Sys.time() < deadline) Sys.sleep(0.05)
+    if (pid_alive(their_pid)) tools::pskill(their_pid, tools::SIGKILL)
+  }, environment(), after = FALSE)
+  wait_for_file(f("ready"))
+  expect_true(pid_alive(their_pid))
+  # in the directory their index is in, we look only in ours
+  for (key in c("planted", content_key(sentinel))) {
+    r <- with_dir(xchg, attempt(shared_by_key(key)))
+    expect_s3_class(r$error, "pageshare_not_registered")
+    expect_false(has_sentinel(r$value))
+    r <- with_dir(xchg, attempt(share(sentinel, key = key)))   # (ours, a copy of our own)
+    expect_null(r$error)
+    expect_true(shared_info(r$value)$owned_here)
+    with_dir(xchg, release_key(key))
+  }
+  # their entry copied into our index, as theirs (owner and mode kept): skipped
+  base <- local_base()
+  share(1, key = "mine")                     # (our index directory exists)
+  on.exit(release_key("mine"), add = TRUE)
+  p <- file.path(index_dir(base), paste0("pageshare.k.planted.", their_pid))
+  stopifnot(system2("cp", c("-p", shQuote(f("their-entry.bin")), shQuote(p))) == 0L)
+  r <- attempt(shared_by_key("planted"))
+  expect_s3_class(r$error, "pageshare_not_registered")
+  expect_false(has_sentinel(r$value))
+  # ... and as an entry of ours that a live process holds: it leads to their
+  # memory file, which is refused
+  stopifnot(system2("chown", c("0:0", shQuote(p))) == 0L)
+  Sys.chmod(p, "0600", use_umask = FALSE)
+  locked <- f("locked-key")
+  locker <- processx::process$new("sh", c("-c", 'exec 9<"$1" && flock -s 9 && : > "$2" && exec sleep 600', "sh", p, locked))
+  on.exit({ locker$kill(); locker$wait() }, add = TRUE)
+  wait_for_file(locked)
+  r <- attempt(shared_by_key("planted"))
+  expect_s3_class(r$error, "pageshare_invalid_segment")
+  expect_match(conditionMessage(r$error), sprintf("belongs to user %d", user$uid))
+  expect_false(has_sentinel(r$value))
+  r <- attempt(share(sentinel, key = "planted"))   # (their data never taken: a copy of ours)
+  expect_true(shared_info(r$value)$owned_here)
+  release_key("planted")
+})
+
 test_that("a handle whose locator points at a FIFO, a file, a device or another segment is refused", {
   v <- share(c(sentinel, as.double(1:1000)))
   w <- share(as.double(1:50))

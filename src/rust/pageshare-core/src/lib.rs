@@ -15,8 +15,10 @@
 //! - [`registry`]: this process's mappings and registered segments.
 //! - [`handle`]: the few bytes a view serializes to inside a dispatch scope.
 //! - [`strings`]: the packed layout of character vectors.
+//! - [`content`]: content keys (a hash of what a vector holds).
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod content;
 pub mod error;
 pub mod handle;
 pub mod header;

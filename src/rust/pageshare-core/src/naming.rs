@@ -84,6 +84,29 @@ pub fn named(namespace: &str, variable: &str) -> Result<String> {
     Ok(name)
 }
 
+/// The index name under which process `pid` holds the object shared with
+/// `key` (`share(x, key = ...)`): `pageshare.k.<key>.<pid>`, the key escaped.
+/// Every process that holds the object publishes a name of its own, so that
+/// it is found while any of them lives.
+pub fn keyed(key: &str, pid: u32) -> Result<String> {
+    let name = format!("{}{pid}", keyed_prefix(key)?);
+    if name.len() > MAX_NAME {
+        return Err(Error::Argument(format!(
+            "key '{key}' is too long: its escaped index name has {} bytes, at most {MAX_NAME} are possible",
+            name.len()
+        )));
+    }
+    Ok(name)
+}
+
+/// What the index names of every holder of `key` begin with (see [`keyed`]).
+pub fn keyed_prefix(key: &str) -> Result<String> {
+    if key.is_empty() {
+        return Err(Error::Argument("a key must be a non-empty string".into()));
+    }
+    Ok(format!("{PREFIX}k.{}.", escape(key)))
+}
+
 /// `(namespace, variable)` of a named segment, `None` for any other name.
 pub fn parse_named(name: &str) -> Option<(String, String)> {
     let rest = name.strip_prefix(PREFIX)?.strip_prefix("n.")?;
@@ -91,9 +114,9 @@ pub fn parse_named(name: &str) -> Option<(String, String)> {
     Some((unescape(ns)?, unescape(var)?))
 }
 
-/// Is this a file name pageshare could have made (anonymous or named)?
+/// Is this a file name pageshare could have made (anonymous, named or keyed)?
 pub fn is_ours(name: &str) -> bool {
-    name.starts_with(&format!("{PREFIX}a.")) || name.starts_with(&format!("{PREFIX}n."))
+    ["a.", "n.", "k."].iter().any(|kind| name.strip_prefix(PREFIX).is_some_and(|rest| rest.starts_with(kind)))
 }
 
 /// Check a name that came from outside (a handle) before it is joined to a path.
@@ -125,6 +148,15 @@ mod tests {
         fn different_pairs_give_different_names(a in "\\PC{1,12}", b in "\\PC{1,12}", c in "\\PC{1,12}", d in "\\PC{1,12}") {
             prop_assume!((a.clone(), b.clone()) != (c.clone(), d.clone()));
             prop_assert_ne!(named(&a, &b).unwrap(), named(&c, &d).unwrap());
+        }
+
+        #[test]
+        fn keyed_names_are_valid_and_a_key_never_prefixes_another(a in "\\PC{1,20}", b in "\\PC{1,20}", pid in 1u32..) {
+            let name = keyed(&a, pid).unwrap();
+            prop_assert!(validate(&name).is_ok());
+            prop_assert!(name.starts_with(&keyed_prefix(&a).unwrap()));
+            prop_assume!(a != b);
+            prop_assert!(!name.starts_with(&keyed_prefix(&b).unwrap()));
         }
 
         #[test]

@@ -140,6 +140,28 @@ pub fn register(base: &Path, seg: Arc<Segment>) -> Result<()> {
     Ok(())
 }
 
+/// Hold `seg` (made here, or opened from another holder: this process then
+/// opens a descriptor of its own) and publish it in the index under `base` as
+/// `name` until [`release`]: a keyed object (see [`crate::naming::keyed`]),
+/// findable while any of its holders lives.
+pub fn hold_as(base: &Path, name: &str, seg: Arc<Segment>) -> Result<()> {
+    seg.adopt()?;
+    let claim = index::publish(base, name, &seg.locator())?;
+    state().registered.insert(name.to_string(), (seg, base.to_path_buf(), claim));
+    Ok(())
+}
+
+/// The segment this process holds and publishes as `name`, if it does.
+pub fn held_as(name: &str) -> Option<Arc<Segment>> {
+    state().registered.get(name).map(|(s, _, _)| s.clone())
+}
+
+/// The names in the index under `base` that begin with `prefix` and whose
+/// holder lives, sorted.
+pub fn live_names_with_prefix(base: &Path, prefix: &str) -> Result<Vec<String>> {
+    Ok(index::live_names(base)?.into_iter().filter(|n| n.starts_with(prefix)).collect())
+}
+
 /// The segment registered as `name` in the index under `base`, mapped. A
 /// holder that is alive but whose segment cannot be opened from here is
 /// [`Error::Unreachable`], never a missing name.

@@ -32,8 +32,11 @@ pub enum ErrorKind {
     InvalidSegment,
     /// A name already registered by another live process.
     NameTaken,
-    /// No variable of that name is registered in that namespace.
+    /// No variable of that name is registered in that namespace (or no
+    /// process shares an object under that key).
     NotRegistered,
+    /// A key under which other data are shared already.
+    KeyConflict,
     /// The operating system refused access, or a file pageshare must trust is
     /// not safe to use (another user's, a link, open to others).
     Permission,
@@ -64,6 +67,7 @@ impl ErrorKind {
             ErrorKind::InvalidSegment => "pageshare_invalid_segment",
             ErrorKind::NameTaken => "pageshare_name_taken",
             ErrorKind::NotRegistered => "pageshare_not_registered",
+            ErrorKind::KeyConflict => "pageshare_key_conflict",
             ErrorKind::Permission => "pageshare_permission",
             ErrorKind::TooManySegments => "pageshare_too_many_segments",
             ErrorKind::BadArgument => "pageshare_bad_argument",

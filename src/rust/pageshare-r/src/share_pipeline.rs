@@ -166,6 +166,34 @@ pub unsafe fn copy_into_segment(
     }
 }
 
+/// What a segment of `x` would hold: its kind, length and data bytes (a
+/// character vector's strings packed as in a segment, see
+/// pageshare_core::strings; other vectors' own bytes, borrowed).
+///
+/// # Safety
+/// Main R thread; `x` a shareable vector, kept alive by the caller while the
+/// bytes are used.
+pub unsafe fn vector_contents(x: SEXP) -> Result<(Kind, u64, std::borrow::Cow<'static, [u8]>), RError> {
+    // SAFETY: x is a vector of `kind`; its data pointer covers len * elem_size bytes.
+    unsafe {
+        let kind = kind_of(x)?;
+        let len = XLENGTH(x) as u64;
+        if kind == Kind::Character {
+            let items = string_items(x)?;
+            let total: u64 = items.iter().flatten().map(|(b, _)| b.len() as u64).sum();
+            let n = strings::packed_len(items.len() as u64, total)
+                .ok_or_else(|| RError::argument("the character vector is too large to share"))?;
+            let mut packed = vec![0u8; n as usize];
+            strings::pack(items.iter().copied(), &mut packed);
+            return Ok((kind, len, std::borrow::Cow::Owned(packed)));
+        }
+        let bytes = (len * kind.elem_size()) as usize;
+        let data: &'static [u8] =
+            if bytes > 0 { std::slice::from_raw_parts(r_calls::dataptr_ro(x)?.cast::<u8>(), bytes) } else { &[] };
+        Ok((kind, len, std::borrow::Cow::Borrowed(data)))
+    }
+}
+
 /// A string's bytes and encoding; None for NA.
 type StringItem = Option<(&'static [u8], Encoding)>;
 

@@ -19,6 +19,34 @@ pub struct Claim {
     pub(super) _lock: File,
 }
 
+/// Wait for the lock under which one process at a time, of those that share
+/// under the names beginning with `prefix` (a key's holders), decides whether
+/// to take a holder's segment or make its own: processes that share the same
+/// data at the same moment then keep one copy. Held until the returned file is
+/// dropped (or the process ends). Its file is a temporary file of the index,
+/// which a sweep removes once nobody has locked it for a while.
+pub fn creation_lock(base: &Path, prefix: &str) -> Result<File> {
+    let dir = directory(base)?;
+    let digest = crate::content::content_key(crate::header::Kind::Raw, prefix.len() as u64, &[], prefix.as_bytes());
+    let path = dir.join(format!("{TEMP_PREFIX}lock.{}", &digest[crate::content::CONTENT_PREFIX.len()..]));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| Error::os(format!("cannot open the lock file {}", path.display()), e))?;
+    if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+        return Err(Error::Invalid { name: path.display().to_string(), why: "it is not a regular file".into() });
+    }
+    os::lock_exclusive_waiting(&file)
+        .map_err(|e| Error::os(format!("cannot lock {} (its file system must support flock)", path.display()), e))?;
+    // (recently used: a sweep leaves it alone)
+    let _ = file.set_modified(std::time::SystemTime::now());
+    Ok(file)
+}
+
 /// Publish `name` -> `loc` and return the [`Claim`] that keeps it alive. Fails
 /// with [`Error::Taken`] if a live process holds the name, and replaces a stale
 /// entry (its holder is gone).

@@ -109,6 +109,21 @@ pub fn lock_shared(file: &File) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Take an exclusive lock on `file`'s open file description, waiting for it
+/// as long as another holds one. It goes when `file` is closed.
+pub fn lock_exclusive_waiting(file: &File) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor owned by `file`.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Try to take an exclusive lock on `file`'s open file description without
 /// waiting: `Ok(true)` when granted (no other open file description of the
 /// file holds a lock), `Ok(false)` when another one holds a lock. The lock

@@ -2,7 +2,7 @@
 //! that it is the segment the locator names (see the module docs of
 //! [`crate::segment`]), and the private mappings made from it.
 
-use super::{memfd_name, Segment};
+use super::{memfd_name, Handover, Segment, HANDOVER_CHUNK};
 use crate::error::{Error, Result};
 use crate::header::{Header, Kind, HEADER_LEN};
 use crate::locator::Locator;
@@ -61,6 +61,53 @@ impl Segment {
         let file = self.reopen()?;
         os::PrefixedMapping::new(&file, self.header.data_offset + offset, len)
             .map_err(|e| Error::os(format!("cannot map {} behind a header", self.name), e))
+    }
+
+    /// Hand the pages `handover` of `data`, a copy of this segment's data at
+    /// the same offset within a page, over to this segment (as
+    /// [`Segment::create_copy_handing_over`] does for a segment it makes), so
+    /// that the copy stops taking memory of its own: chunk by chunk, each
+    /// compared with the segment's bytes first; the first chunk that differs,
+    /// or cannot be mapped, ends it. Returns the bytes handed over, from
+    /// `handover.lo` on.
+    ///
+    /// # Safety
+    /// As for the handover of [`Segment::create_copy_handing_over`]: the pages
+    /// are memory the caller owns, not written meanwhile, unmapped as a whole
+    /// by whoever frees it.
+    pub unsafe fn hand_over_onto(&self, data: &[u8], handover: Handover) -> Result<usize> {
+        let page = os::page_size();
+        let base = data.as_ptr() as usize;
+        let Handover { lo, hi } = handover;
+        let phase_differs = (self.header.data_offset as usize) % page != base % page;
+        if lo < base || hi > base + data.len() || lo > hi || lo % page != 0 || hi % page != 0 || phase_differs {
+            return Err(Error::Argument(
+                "pages to hand over must be page-aligned, inside the data, at its phase".into(),
+            ));
+        }
+        if data.len() != self.data().len() {
+            return Err(Error::Argument("the data are not a copy of the segment's".into()));
+        }
+        let file = self.reopen()?;
+        let file_offset = |addr: usize| self.header.data_offset + (addr - base) as u64;
+        let mut at = lo;
+        while at < hi {
+            let n = HANDOVER_CHUNK.min(hi - at);
+            // SAFETY: [at, at + n) lies inside `data`.
+            let mine = unsafe { std::slice::from_raw_parts(at as *const u8, n) };
+            if mine != &self.data()[at - base..at - base + n] {
+                break;
+            }
+            // SAFETY: the caller's contract; the memfd holds these very bytes.
+            if unsafe { os::map_private_over(at, n, &file, file_offset(at)) }.is_err() {
+                // (should the failed move have left a hole, refill it)
+                // SAFETY: as above.
+                unsafe { os::refill_anonymous(at, n, &file, file_offset(at)) };
+                break;
+            }
+            at += n;
+        }
+        Ok(at - lo)
     }
 
     /// A descriptor of the segment: a duplicate of ours, or one opened (and
