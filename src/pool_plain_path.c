@@ -27,7 +27,7 @@ SEXP ps_release_handoffs_rs(void);
  * not NA, >= 0)? Anything else (also a valid value of another form) is
  * left to the general path, which reads the option by its rule. */
 static int plain_threshold(SEXP x) {
-  if (OBJECT(x) || XLENGTH(x) != 1) return 0;
+  if (Rf_isObject(x) || XLENGTH(x) != 1) return 0;
   if (TYPEOF(x) == REALSXP) return !ISNAN(REAL(x)[0]) && REAL(x)[0] >= 0;
   if (TYPEOF(x) == INTSXP) return INTEGER(x)[0] != NA_INTEGER && INTEGER(x)[0] >= 0;
   return 0;
@@ -73,7 +73,7 @@ static SEXP unreadable_reply(void) {
   static SEXP reply = NULL;
   if (reply == NULL) {
     SEXP ns = PROTECT(R_FindNamespace(Rf_mkString("pageshare")));
-    reply = Rf_findVarInFrame(ns, Rf_install("pool_unreadable_reply"));
+    reply = Rf_eval(Rf_install("pool_unreadable_reply"), ns);
     R_PreserveObject(reply);
     UNPROTECT(1);
   }

@@ -5,21 +5,18 @@
 # plain data. Each outer future shares X, either as it always does
 # (share(X)) or with its content key (share(X, key = TRUE)), waits until both
 # hold it, then runs future_sapply() over its half of the columns on its inner
-# workers; a third case sends no X at all (the processes' own memory). Measured, in a memory cgroup (v1) of its own per case, in a fresh R
-# process: the memory the whole process tree uses while both outer workers
-# hold X (above the session with X made), and the peak. Cases interleaved over
-# rounds. Needs root (cgroups).
+# workers; a third case sends no X at all (the processes' own memory).
+# Measured, in a memory cgroup (v1) of its own per case, in a fresh R process:
+# the memory the whole process tree uses while both outer workers hold X
+# (above the session with X made), and the peak. Cases interleaved over
+# rounds. Needs root (cgroups); run from the package's source folder.
 #
 #   Rscript inst/benchmarks/bench-keys.R [MB of X, default 400] [rounds, default 3]
 args <- suppressWarnings(as.numeric(commandArgs(trailingOnly = TRUE)))
 mb <- if (length(args) >= 1 && !is.na(args[1])) args[1] else 400
 rounds <- if (length(args) >= 2 && !is.na(args[2])) as.integer(args[2]) else 3L
-cgroup_base <- local({
-  line <- grep("^[0-9]+:([^:]*,)?memory(,[^:]*)?:", readLines("/proc/self/cgroup"), value = TRUE)
-  if (!length(line)) stop("needs the cgroup v1 memory controller")
-  file.path("/sys/fs/cgroup/memory", sub("^[^:]*:[^:]*:/?", "", line[1]))
-})
-if (!identical(unname(Sys.info()[["effective_user"]]), "root")) stop("needs root (memory cgroups)")
+source(file.path("inst", "benchmarks", "cgroup-memory.R"))
+invisible(cgroup_v1_base())
 
 case_code <- function(mode) c(
   "suppressPackageStartupMessages({library(future); library(future.apply); library(pageshare)})",
@@ -49,21 +46,10 @@ case_code <- function(mode) c(
   "cat(sprintf('RESULT %.3f %.1f %.1f %.1f\\n', t, (held - before) / 2^20, (peak - before) / 2^20, object.size(X) / 2^20))")
 
 run_case <- function(label) {
-  cg <- file.path(cgroup_base, sprintf("pageshare-keys-%d-%s", Sys.getpid(), label))
-  dir.create(cg, showWarnings = FALSE)
-  on.exit({ Sys.sleep(0.5); unlink(cg, recursive = FALSE, force = TRUE); file.remove(cg) }, add = TRUE)
-  script <- tempfile(fileext = ".R")
-  writeLines(case_code(label), script)
   sync <- tempfile("keys-sync-")
   dir.create(sync)
-  on.exit(unlink(c(sync, script), recursive = TRUE), add = TRUE)
-  # (the case's shell enters the cgroup first, so that R and every worker it starts are in it)
-  out <- system2("bash", c("-c", shQuote(sprintf("echo $$ > %s/cgroup.procs && CASE_CGROUP=%s CASE_SYNC=%s exec %s %s",
-                                                   cg, cg, sync, file.path(R.home("bin"), "Rscript"), script))),
-                 stdout = TRUE, stderr = TRUE)
-  line <- grep("^RESULT", out, value = TRUE)
-  if (!length(line)) stop(paste(out, collapse = "\n"))
-  v <- as.numeric(strsplit(line, " ")[[1]][-1])
+  on.exit(unlink(sync, recursive = TRUE), add = TRUE)
+  v <- run_in_cgroup(paste0("keys-", label), case_code(label), env = paste0("CASE_SYNC=", sync))
   data.frame(case = label, seconds = v[1], held_mb = v[2], peak_mb = v[3], x_mb = v[4])
 }
 

@@ -12,12 +12,8 @@ args <- suppressWarnings(as.numeric(commandArgs(trailingOnly = TRUE)))
 mb <- if (length(args) >= 1 && !is.na(args[1])) args[1] else 400
 rounds <- if (length(args) >= 2 && !is.na(args[2])) as.integer(args[2]) else 3L
 if (!requireNamespace("mirai", quietly = TRUE)) stop("needs mirai")
-cgroup_base <- local({
-  line <- grep("^[0-9]+:([^:]*,)?memory(,[^:]*)?:", readLines("/proc/self/cgroup"), value = TRUE)
-  if (!length(line)) stop("needs the cgroup v1 memory controller")
-  file.path("/sys/fs/cgroup/memory", sub("^[^:]*:[^:]*:/?", "", line[1]))
-})
-if (!identical(unname(Sys.info()[["effective_user"]]), "root")) stop("needs root (memory cgroups)")
+source(file.path("inst", "benchmarks", "cgroup-memory.R"))
+invisible(cgroup_v1_base())
 
 case_code <- function(shared) c(
   "suppressPackageStartupMessages({library(mirai); library(pageshare)})",
@@ -40,17 +36,7 @@ case_code <- function(shared) c(
 
 run_case <- function(shared) {
   name <- if (shared) "shared" else "plain"
-  cg <- file.path(cgroup_base, sprintf("pageshare-mirai-%d-%s", Sys.getpid(), name))
-  dir.create(cg, showWarnings = FALSE)
-  on.exit({ Sys.sleep(0.5); file.remove(cg) }, add = TRUE)
-  script <- tempfile(fileext = ".R")
-  writeLines(case_code(shared), script)
-  out <- system2("bash", c("-c", shQuote(sprintf("echo $$ > %s/cgroup.procs && CASE_CGROUP=%s exec %s %s",
-                                                   cg, cg, file.path(R.home("bin"), "Rscript"), script))),
-                 stdout = TRUE, stderr = TRUE)
-  line <- grep("^RESULT", out, value = TRUE)
-  if (!length(line)) stop(paste(out, collapse = "\n"))
-  v <- as.numeric(strsplit(line, " ")[[1]][-1])
+  v <- run_in_cgroup(paste0("mirai-", name), case_code(shared))
   data.frame(case = name, seconds = v[1], peak_mb = v[2], x_mb = v[3])
 }
 

@@ -14,12 +14,8 @@
 args <- suppressWarnings(as.numeric(commandArgs(trailingOnly = TRUE)))
 mb <- if (length(args) >= 1 && !is.na(args[1])) args[1] else 400
 rounds <- if (length(args) >= 2 && !is.na(args[2])) as.integer(args[2]) else 3L
-cgroup_base <- local({
-  line <- grep("^[0-9]+:([^:]*,)?memory(,[^:]*)?:", readLines("/proc/self/cgroup"), value = TRUE)
-  if (!length(line)) stop("needs the cgroup v1 memory controller")
-  file.path("/sys/fs/cgroup/memory", sub("^[^:]*:[^:]*:/?", "", line[1]))
-})
-if (!identical(unname(Sys.info()[["effective_user"]]), "root")) stop("needs root (memory cgroups)")
+source(file.path("inst", "benchmarks", "cgroup-memory.R"))
+invisible(cgroup_v1_base())
 
 outers <- c(cluster = "tweak(cluster, workers = rep('localhost', 2))")
 if (requireNamespace("future.batchtools", quietly = TRUE)) outers["batchtools"] <- "future.batchtools::batchtools_local"
@@ -40,22 +36,11 @@ case_code <- function(outer, inner) c(
   "cat(sprintf('RESULT %.3f %.1f %.1f\\n', t, (peak - before) / 2^20, object.size(X) / 2^20))")
 
 run_case <- function(outer, inner) {
-  cg <- file.path(cgroup_base, sprintf("pageshare-nested-%d-%s-%s", Sys.getpid(), outer, inner))
-  dir.create(cg, showWarnings = FALSE)
-  on.exit({ Sys.sleep(0.5); unlink(cg, recursive = FALSE, force = TRUE); file.remove(cg) }, add = TRUE)
-  script <- tempfile(fileext = ".R")
-  writeLines(case_code(outer, inner), script)
-  # the case's shell enters the cgroup first, so that R and every worker it starts are in it
   # (in a folder of its own: batchtools keeps its registry in ./.future)
   wd <- tempfile("nested-case-")
   dir.create(wd)
   on.exit(unlink(wd, recursive = TRUE), add = TRUE)
-  out <- system2("bash", c("-c", shQuote(sprintf("echo $$ > %s/cgroup.procs && cd %s && CASE_CGROUP=%s exec %s %s",
-                                                   cg, wd, cg, file.path(R.home("bin"), "Rscript"), script))),
-                 stdout = TRUE, stderr = TRUE)
-  line <- grep("^RESULT", out, value = TRUE)
-  if (!length(line)) stop(paste(out, collapse = "\n"))
-  v <- as.numeric(strsplit(line, " ")[[1]][-1])
+  v <- run_in_cgroup(paste("nested", outer, inner, sep = "-"), case_code(outer, inner), dir = wd)
   data.frame(outer = outer, inner = inner, seconds = v[1], peak_mb = v[2], x_mb = v[3])
 }
 

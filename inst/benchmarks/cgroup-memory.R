@@ -45,3 +45,37 @@ cgroup_leave <- function() {
   cg_state$dir <- NULL
   invisible()
 }
+
+# The directory of this process's memory cgroup (v1). Stops where there is
+# none, or without root (a case is run in a cgroup made below it).
+cgroup_v1_base <- function() {
+  if (!identical(unname(Sys.info()[["effective_user"]]), "root")) stop("needs root (memory cgroups)")
+  line <- grep("^[0-9]+:([^:]*,)?memory(,[^:]*)?:", readLines("/proc/self/cgroup"), value = TRUE)
+  if (!length(line)) stop("needs the cgroup v1 memory controller")
+  file.path("/sys/fs/cgroup/memory", sub("^[^:]*:[^:]*:/?", "", line[1]))
+}
+
+# Run the R code `lines` in a fresh Rscript inside a memory cgroup of its own
+# (made below this process's, removed after), so that the case and every
+# process it starts are counted; the case finds its cgroup's directory in
+# CASE_CGROUP. `env`: more NAME=value settings; `dir`: where it runs (as in a
+# folder of its own: batchtools keeps its registry in ./.future). Returns the
+# numbers of the line "RESULT ..." that the case prints (stops with its output
+# when there is none).
+run_in_cgroup <- function(label, lines, env = character(), dir = NULL) {
+  cg <- file.path(cgroup_v1_base(), sprintf("pageshare-%s-%d", label, Sys.getpid()))
+  dir.create(cg, showWarnings = FALSE)
+  on.exit({ Sys.sleep(0.5); suppressWarnings(file.remove(cg)) }, add = TRUE)
+  script <- tempfile(fileext = ".R")
+  writeLines(lines, script)
+  on.exit(unlink(script), add = TRUE)
+  # (the shell enters the cgroup first, so that R and every process it starts are in it)
+  cd <- if (is.null(dir)) "" else sprintf("cd %s && ", shQuote(dir))
+  vars <- paste(c(paste0("CASE_CGROUP=", cg), env), collapse = " ")
+  out <- system2("bash", c("-c", shQuote(sprintf("echo $$ > %s/cgroup.procs && %s%s exec %s %s", cg, cd, vars,
+                                                   file.path(R.home("bin"), "Rscript"), script))),
+                 stdout = TRUE, stderr = TRUE)
+  line <- grep("^RESULT", out, value = TRUE)
+  if (!length(line)) stop(paste(out, collapse = "\n"))
+  as.numeric(strsplit(line, " ")[[1]][-1])
+}

@@ -245,6 +245,30 @@ wait_for_file <- function(path, timeout = 30) {
   path
 }
 
+# A process of `user` that runs `lines` (R, with `sentinel` defined and its
+# files in `xchg`), says "ready" and lives until the frame `env` exits (it
+# goes first: before the user and the exchange directory). Returns its pid.
+local_their_process <- function(user, xchg, lines, env = parent.frame()) {
+  f <- function(name) file.path(xchg, name)
+  rscript_as(user, xchg, wait = FALSE, c(
+    "library(pageshare)",
+    sprintf("writeLines(as.character(Sys.getpid()), %s)", deparse(f("their.pid"))),
+    sprintf("sentinel <- %s", paste(deparse(sentinel, control = "digits17"), collapse = "")),
+    lines,
+    sprintf("writeLines('ready', %s)", deparse(f("ready"))),
+    sprintf("t0 <- Sys.time(); while (!file.exists(%s) && Sys.time() - t0 < 60) Sys.sleep(0.05)", deparse(f("done")))))
+  wait_for_file(f("their.pid"))
+  their_pid <- as.integer(readLines(f("their.pid")))
+  defer_fn(function() {
+    file.create(f("done"))
+    deadline <- Sys.time() + 10
+    while (pid_alive(their_pid) && Sys.time() < deadline) Sys.sleep(0.05)
+    if (pid_alive(their_pid)) tools::pskill(their_pid, tools::SIGKILL)
+  }, env, after = FALSE)
+  wait_for_file(f("ready"))
+  their_pid
+}
+
 pid_alive <- function(pid) {
   f <- sprintf("/proc/%d/status", pid)
   file.exists(f) && !any(grepl("^State:\\s+[ZX]", tryCatch(readLines(f), error = function(e) "State: X")))
@@ -528,27 +552,12 @@ test_that("a handle or an index entry made by another user's process is refused,
   xchg <- local_exchange()
   skip_unless_user_loads_pageshare(user, xchg)
   f <- function(name) file.path(xchg, name)
-  rscript_as(user, xchg, wait = FALSE, c(
-    "library(pageshare)",
-    sprintf("writeLines(as.character(Sys.getpid()), %s)", deparse(f("their.pid"))),
-    sprintf("sentinel <- %s", paste(deparse(sentinel, control = "digits17"), collapse = "")),
+  their_pid <- local_their_process(user, xchg, c(
     "v <- share(c(sentinel, as.double(1:1000)))",
     "registerVariables('theirs', list(x = sentinel))",
     sprintf("saveRDS(with_handles(serialize(v, NULL)), %s)", deparse(f("theirs.rds"))),
     sprintf("file.copy(file.path(getOption('pageshare.dir'), paste0('pageshare-', %d), 'pageshare.n.theirs.x'), %s)",
-            user$uid, deparse(f("their-entry.bin"))),
-    sprintf("writeLines('ready', %s)", deparse(f("ready"))),
-    sprintf("t0 <- Sys.time(); while (!file.exists(%s) && Sys.time() - t0 < 60) Sys.sleep(0.05)", deparse(f("done")))))
-  wait_for_file(f("their.pid"))
-  their_pid <- as.integer(readLines(f("their.pid")))
-  # their process goes first: before the user and the exchange directory
-  defer_fn(function() {
-    file.create(f("done"))
-    deadline <- Sys.time() + 10
-    while (pid_alive(their_pid) && Sys.time() < deadline) Sys.sleep(0.05)
-    if (pid_alive(their_pid)) tools::pskill(their_pid, tools::SIGKILL)
-  }, environment(), after = FALSE)
-  wait_for_file(f("ready"))
+            user$uid, deparse(f("their-entry.bin")))))
   expect_true(pid_alive(their_pid))
   maps <- function() sum(grepl("memfd:pageshare.", readLines("/proc/self/maps"), fixed = TRUE))
   invisible(gc())
@@ -684,25 +693,11 @@ test_that("another user's keyed objects are never found, nor their entry under a
   xchg <- local_exchange()
   skip_unless_user_loads_pageshare(user, xchg)
   f <- function(name) file.path(xchg, name)
-  rscript_as(user, xchg, wait = FALSE, c(
-    "library(pageshare)",
-    sprintf("writeLines(as.character(Sys.getpid()), %s)", deparse(f("their.pid"))),
-    sprintf("sentinel <- %s", paste(deparse(sentinel, control = "digits17"), collapse = "")),
+  their_pid <- local_their_process(user, xchg, c(
     "v <- share(c(sentinel, as.double(1:1000)), key = 'planted')",
     "k <- share(sentinel, key = TRUE)",
     sprintf("file.copy(list.files(file.path(getOption('pageshare.dir'), paste0('pageshare-', %d)), '^pageshare[.]k[.]planted[.]', full.names = TRUE), %s)",
-            user$uid, deparse(f("their-entry.bin"))),
-    sprintf("writeLines('ready', %s)", deparse(f("ready"))),
-    sprintf("t0 <- Sys.time(); while (!file.exists(%s) && Sys.time() - t0 < 60) Sys.sleep(0.05)", deparse(f("done")))))
-  wait_for_file(f("their.pid"))
-  their_pid <- as.integer(readLines(f("their.pid")))
-  defer_fn(function() {
-    file.create(f("done"))
-    deadline <- Sys.time() + 10
-    while (pid_alive(their_pid) && Sys.time() < deadline) Sys.sleep(0.05)
-    if (pid_alive(their_pid)) tools::pskill(their_pid, tools::SIGKILL)
-  }, environment(), after = FALSE)
-  wait_for_file(f("ready"))
+            user$uid, deparse(f("their-entry.bin")))))
   expect_true(pid_alive(their_pid))
   # in the directory their index is in, we look only in ours
   for (key in c("planted", content_key(sentinel))) {
