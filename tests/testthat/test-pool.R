@@ -164,8 +164,10 @@ test_that("a worker looks for stale views only after its master let go of segmen
   for (i in 1:20) shm_value(shm_call(function(i) i, i))
   expect_lt(reads() - before, 40)
   # once the master lets go of segments, the worker's next task drops its views of them
+  # (the identity cache forgotten too, so that the master surely lets go now)
   segs[2:40] <- NULL
-  invisible(gc())
+  rm(s)
+  invisible(gc()); forget_shared(); invisible(gc())
   mapped <- function() shm_value(shm_call(function() nrow(pageshare::shared_segments())))
   expect_lte(mapped(), 1L + 1L)   # (segs[[1]], and at most one segment of the call's own)
 })
