@@ -99,7 +99,7 @@ share_keyed <- function(x, key, where) {
     return(.Call(ps_share_keyed, x, as.pairlist(attributes(x)), blob, key, segment_dir(), release_source()))
   }
   if (typeof(x) == "list") {
-    if (!isTRUE(key)) pageshare_stop("list_key", where)
+    if (!isTRUE(key)) pageshare_stop("list_key", paste0("`", where, "`"))
     return(share_list(x, where, function(el, label) share_keyed(el, TRUE, label)))
   }
   pageshare_stop("share_type", paste0("`", where, "`"), describe_type(x))

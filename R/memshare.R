@@ -76,10 +76,8 @@ registerVariables <- function(namespace, variableList) {
   dir <- segment_dir()
   for (i in seq_along(variableList)) {
     el <- variableList[[i]]
-    attrs <- attributes(el)
-    blob <- if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE)
     sync_shared_budget()
-    .Call(ps_register, namespace, nms[i], el, as.pairlist(attrs), blob, dir, release_source())
+    .Call(ps_register, namespace, nms[i], el, as.pairlist(attributes(el)), attributes_blob(el), dir, release_source())
   }
   invisible(NULL)
 }

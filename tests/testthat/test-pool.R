@@ -111,18 +111,22 @@ test_that("a stream of plain calls: each reply reaches its own task, errors and 
 test_that("calls run while R is still sending more (replies read as calls are sent)", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)
-  # Each call records when it ran; R sends one every few milliseconds. A
-  # worker holds at most two messages at a time, so without reading replies
-  # while sending, the other calls would all wait until R collects.
+  # Each call leaves a file; R sends the next only once the file of the one
+  # before exists, and never waits for a value in between. A worker holds at
+  # most two messages, so from the third call on a call reaches the worker
+  # only if the replies that came back are read while R sends.
+  dir <- tempfile("stream-")
+  dir.create(dir)
+  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  mark <- function(i, dir) { file.create(file.path(dir, i)); i }
   tasks <- list()
-  for (i in 1:40) {
-    tasks[[i]] <- shm_call(function(i) { Sys.sleep(0.001); c(i, as.numeric(Sys.time())) }, i)
-    Sys.sleep(0.005)
+  for (i in 1:6) {
+    tasks[[i]] <- shm_call(mark, i, dir)
+    deadline <- Sys.time() + 30   # (not a bound on the pool: a guard against waiting forever)
+    while (!file.exists(file.path(dir, i)) && Sys.time() < deadline) Sys.sleep(0.01)
+    expect_true(file.exists(file.path(dir, i)), info = sprintf("call %d ran before R waited for a value", i))
   }
-  sent_last <- as.numeric(Sys.time())
-  got <- lapply(tasks, shm_value)
-  expect_identical(vapply(got, `[`, 1, 1), as.numeric(1:40))
-  expect_gt(sum(vapply(got, `[`, 1, 2) < sent_last), 10)
+  expect_identical(lapply(tasks, shm_value), as.list(1:6))
 })
 
 test_that("a reply with handles read while sending, and a death among read replies", {

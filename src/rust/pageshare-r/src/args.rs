@@ -73,3 +73,19 @@ pub fn slots_arg(x: SEXP, size: usize) -> Result<Option<Vec<usize>>, RError> {
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
+
+/// The bytes of a raw vector, or none for anything else (a blob of
+/// serialized attributes that may be NULL).
+///
+/// # Safety
+/// R holds `x` (a .Call argument) while the bytes are used.
+pub unsafe fn raw_or_empty(x: SEXP) -> &'static [u8] {
+    // SAFETY: a raw vector's bytes, read while R holds it.
+    unsafe {
+        if TYPEOF(x) == SEXPTYPE::RAWSXP {
+            std::slice::from_raw_parts(RAW(x), XLENGTH(x) as usize)
+        } else {
+            &[]
+        }
+    }
+}

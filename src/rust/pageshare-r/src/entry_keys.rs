@@ -12,7 +12,7 @@
 //! when it is retrieved; a key given by hand is trusted as the index is: only
 //! processes of this user can publish in it.
 
-use crate::args::{dir_arg, flag_arg, string_arg};
+use crate::args::{dir_arg, flag_arg, raw_or_empty, string_arg};
 use crate::boundary::{entry, msg, ErrorKind, RError};
 use crate::r_calls::{self, named_list, raw_vec, scalar_logical, Protect};
 use crate::r_sys::*;
@@ -24,21 +24,6 @@ use pageshare_core::segment::Segment;
 use pageshare_core::{index, naming, os, registry};
 use std::path::Path;
 use std::sync::Arc;
-
-/// A raw vector's bytes (empty for anything else: no attributes).
-///
-/// # Safety
-/// R holds `blob` (a .Call argument) while the bytes are used.
-unsafe fn blob_bytes(blob: SEXP) -> &'static [u8] {
-    // SAFETY: a raw vector's bytes, read while R holds it.
-    unsafe {
-        if TYPEOF(blob) == SEXPTYPE::RAWSXP {
-            std::slice::from_raw_parts(RAW(blob), XLENGTH(blob) as usize)
-        } else {
-            &[]
-        }
-    }
-}
 
 /// A key given by hand, checked: a content key only as this package makes them.
 fn key_arg(key: SEXP) -> Result<String, RError> {
@@ -105,7 +90,7 @@ pub extern "C" fn ps_content_key_rs(x: SEXP, blob: SEXP) -> SEXP {
         // SAFETY: a .Call entry point: R's main thread; R holds x and blob.
         let (kind, length, data) = unsafe { vector_contents(x)? };
         // SAFETY: as above.
-        let key = content_key(kind, length, unsafe { blob_bytes(blob) }, &data);
+        let key = content_key(kind, length, unsafe { raw_or_empty(blob) }, &data);
         r_calls::strings(&[key])
     })
 }
@@ -128,7 +113,7 @@ pub extern "C" fn ps_share_keyed_rs(
         let release = flag_arg(release_source)?;
         let ours = naming::keyed(&key, os::pid()).map_err(msg)?;
         // SAFETY: R holds blob (an argument).
-        let attributes = unsafe { blob_bytes(blob) };
+        let attributes = unsafe { raw_or_empty(blob) };
         // SAFETY: a .Call entry point: R's main thread; R holds x.
         let (kind, length, data) = unsafe { vector_contents(x)? };
         let content = is_content_key(&key);

@@ -46,14 +46,8 @@ pub extern "C" fn ps_register_rs(
         let dir = dir_arg(dir)?;
         let release = flag_arg(release_source)?;
         let name = naming::named(&ns, &var).map_err(msg)?;
-        // SAFETY: a raw vector's bytes, read while R holds `blob` (an argument).
-        let blob: &[u8] = unsafe {
-            if TYPEOF(blob) == SEXPTYPE::RAWSXP {
-                std::slice::from_raw_parts(RAW(blob), XLENGTH(blob) as usize)
-            } else {
-                &[]
-            }
-        };
+        // SAFETY: R holds `blob` (an argument).
+        let blob = unsafe { crate::args::raw_or_empty(blob) };
         let context = |e: RError| e.context(&format!("variable '{var}'"));
         // (an error about the name itself names the variable already)
         let index_error = |e: pageshare_core::Error| match e {
