@@ -138,7 +138,11 @@ pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_, resend
 # in C, see src/pool_plain_path.c): 4 when no message is out
 # (unless `idle`, which waits for a death).
 pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
-  ev <- .Call(ps_pool_next_event_delivered, timeout, idle)
+  pool_on_event(.Call(ps_pool_next_event_delivered, timeout, idle))
+}
+
+# Handles an event as ps_pool_next_event_delivered gives it; returns its code.
+pool_on_event <- function(ev) {
   switch(ev[[1L]] + 1L,
          pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
          pool_on_death(ev[[2L]], ev[[3L]], ev[[4L]], ev[[5L]], ev[[6L]]),

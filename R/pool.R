@@ -62,11 +62,9 @@ start_workers <- function(n = NULL) {
 shm_call <- function(FUN, ...) {
   args <- list(...)
   # (a plain call to a running pool is made and sent in one step, in C)
-  if (is.function(FUN) && pool_ready()) {
-    task <- .Call(ps_pool_call_plain, environment(FUN), FUN, args, shm_pool$generation)
-    if (is.environment(task)) return(task)
-    if (identical(task, -2)) pool_interrupted()
-  }
+  task <- .Call(ps_pool_call_plain, FUN, args, shm_pool$pids, shm_pool$generation)
+  if (is.environment(task)) return(task)
+  if (identical(task, -2)) pool_interrupted()
   FUN <- as_function(FUN)
   pool_ensure()
   threshold <- share_threshold()
@@ -80,8 +78,11 @@ shm_call <- function(FUN, ...) {
     handles <- !fall_back(state) && length(state$views) > 0L
     keep <- state$views
   }
-  msg <- list(op = "call", FUN = FUN, args = args, threshold = threshold)
-  payload <- if (handles) with_handles(serialize(msg, NULL, xdr = FALSE)) else .Call(ps_serialize_native, msg)
+  payload <- if (handles) {
+    with_handles(serialize(list(op = "call", FUN = FUN, args = args, threshold = threshold), NULL, xdr = FALSE))
+  } else {
+    .Call(ps_plain_message, FUN, args, threshold)
+  }
   task <- new.env(parent = emptyenv())
   # (the shared arguments stay referenced until the worker has its result)
   task$keep <- keep
@@ -94,6 +95,11 @@ shm_call <- function(FUN, ...) {
 #' @rdname shm_pool
 #' @export
 shm_value <- function(task) {
+  # (a call's value read in one step, in C, while its reply says "ok" or while
+  # nothing but such replies arrive; the rest here)
+  got <- .Call(ps_task_value_plain, task, shm_pool$generation)
+  if (length(got) == 1L) return(got[[1L]])
+  if (length(got) == 2L) pool_on_event(got[[2L]])
   if (!inherits(task, "pageshare_task")) {
     pageshare_stop("not_task", describe_object(task))
   }

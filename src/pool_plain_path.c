@@ -12,6 +12,7 @@
  * task's own, and R_Unserialize), and its errors unwind through these frames
  * to the caller's handler; every object here is an R object. */
 #include <Rinternals.h>
+#include <string.h>
 #include "pool_messages.h"
 
 /* The Rust bodies of the entry points called here (entry_pool*.rs,
@@ -33,37 +34,61 @@ static int plain_threshold(SEXP x) {
   return 0;
 }
 
-/* shm_call(FUN, ...) with `args` = list(...), when it is a plain call: its
- * message list(op = "call", FUN, args, threshold) sent to the least busy
- * worker (or queued for one), and the task returned, as R/pool.R makes it.
- * `env` is environment(FUN). NULL when the call is not plain (nothing is
- * sent: R takes the general path); a negative number when the send did not
- * happen (-2: the user interrupted it). */
-SEXP ps_pool_call_plain(SEXP env, SEXP fun, SEXP args, SEXP generation) {
-  SEXP threshold = Rf_GetOption1(Rf_install("pageshare.threshold"));
+/* Objects every plain call uses, made once (and kept from the collector). */
+static SEXP sym_generation, sym_tag, sym_reply, sym_keep, sym_threshold_option, task_class, yes, no;
+
+static void make_constants(void) {
+  if (no != NULL) return;
+  sym_generation = Rf_install("generation");
+  sym_tag = Rf_install("tag");
+  sym_reply = Rf_install("reply");
+  sym_keep = Rf_install("keep");
+  sym_threshold_option = Rf_install("pageshare.threshold");
+  task_class = Rf_mkString("pageshare_task");
+  R_PreserveObject(task_class);
+  MARK_NOT_MUTABLE(task_class);
+  yes = Rf_ScalarLogical(TRUE);
+  R_PreserveObject(yes);
+  MARK_NOT_MUTABLE(yes);
+  no = Rf_ScalarLogical(FALSE);
+  R_PreserveObject(no);
+  MARK_NOT_MUTABLE(no);
+}
+
+/* Has the pool a worker in every slot (pool_ready() in R/pool-state.R)? */
+static int pool_ready(SEXP pids) {
+  R_xlen_t n = XLENGTH(pids);
+  if (n == 0) return 0;
+  for (R_xlen_t i = 0; i < n; i++) {
+    if (TYPEOF(pids) == INTSXP ? INTEGER(pids)[i] == NA_INTEGER : TYPEOF(pids) != REALSXP || ISNAN(REAL(pids)[i])) return 0;
+  }
+  return 1;
+}
+
+/* shm_call(FUN, ...) with `args` = list(...), when it is a plain call to a
+ * pool whose workers (`pids`) all run: its message (ps_plain_message())
+ * sent to the least busy worker (or queued for one), and the
+ * task returned, as R/pool.R makes it. NULL when the call is not plain
+ * (nothing is sent: R takes the general path); a negative number when the
+ * send did not happen (-2: the user interrupted it). */
+SEXP ps_pool_call_plain(SEXP fun, SEXP args, SEXP pids, SEXP generation) {
+  if (!Rf_isFunction(fun) || TYPEOF(args) != VECSXP || !pool_ready(pids)) return R_NilValue;
+  make_constants();
+  SEXP env = TYPEOF(fun) == CLOSXP ? CLOENV(fun) : R_NilValue;
+  SEXP threshold = Rf_GetOption1(sym_threshold_option);
   if (!plain_threshold(threshold) || !ps_is_plain_call(env, args, threshold)) return R_NilValue;
-  SEXP msg = PROTECT(Rf_allocVector(VECSXP, 4));
-  SEXP names = Rf_allocVector(STRSXP, 4);
-  Rf_setAttrib(msg, R_NamesSymbol, names);
-  const char *fields[] = {"op", "FUN", "args", "threshold"};
-  for (int i = 0; i < 4; i++) SET_STRING_ELT(names, i, Rf_mkChar(fields[i]));
-  SET_VECTOR_ELT(msg, 0, Rf_mkString("call"));
-  SET_VECTOR_ELT(msg, 1, fun);
-  SET_VECTOR_ELT(msg, 2, args);
-  SET_VECTOR_ELT(msg, 3, threshold);
-  SEXP payload = PROTECT(ps_serialize_native(msg));
+  SEXP payload = PROTECT(ps_plain_message(fun, args, threshold));
   SEXP task = PROTECT(R_NewEnv(R_EmptyEnv, FALSE, 0));
-  Rf_defineVar(Rf_install("generation"), generation, task);
-  Rf_setAttrib(task, R_ClassSymbol, Rf_mkString("pageshare_task"));
+  Rf_defineVar(sym_generation, generation, task);
+  Rf_setAttrib(task, R_ClassSymbol, task_class);
   SEXP slot = PROTECT(Rf_ScalarInteger(NA_INTEGER));
-  SEXP yes = PROTECT(Rf_ScalarLogical(TRUE)), no = PROTECT(Rf_ScalarLogical(FALSE));
   SEXP tag = PROTECT(ps_rust(ps_pool_submit_rs(slot, payload, yes, task, no)));
   if (Rf_asReal(tag) < 0) {
-    UNPROTECT(7);
+    UNPROTECT(4);
     return tag;
   }
-  Rf_defineVar(Rf_install("tag"), tag, task);
-  UNPROTECT(7);
+  Rf_defineVar(sym_tag, tag, task);
+  UNPROTECT(4);
   return task;
 }
 
@@ -93,13 +118,61 @@ SEXP ps_pool_next_event_delivered(SEXP timeout, SEXP idle) {
     UNPROTECT(1);
     return ev;
   }
-  SEXP task = VECTOR_ELT(ev, 1), symbol = Rf_install("reply");
-  Rf_defineVar(symbol, unreadable_reply(), task);
-  Rf_defineVar(symbol, ps_unserialize(VECTOR_ELT(ev, 2)), task);
-  SEXP delivered = Rf_allocVector(VECSXP, 1);
+  make_constants();
+  SEXP task = VECTOR_ELT(ev, 1);
+  Rf_defineVar(sym_reply, unreadable_reply(), task);
+  Rf_defineVar(sym_reply, ps_unserialize(VECTOR_ELT(ev, 2)), task);
+  SEXP delivered = PROTECT(Rf_allocVector(VECSXP, 1));
   SET_VECTOR_ELT(delivered, 0, Rf_ScalarInteger(7));
-  UNPROTECT(1);
+  UNPROTECT(2);
   return delivered;
+}
+
+/* Is `reply` a call's reply that says "ok" (list(status = "ok", value))? */
+static int reply_ok(SEXP reply) {
+  if (TYPEOF(reply) != VECSXP || XLENGTH(reply) != 2) return 0;
+  SEXP status = VECTOR_ELT(reply, 0);
+  return TYPEOF(status) == STRSXP && XLENGTH(status) == 1 && strcmp(CHAR(STRING_ELT(status, 0)), "ok") == 0;
+}
+
+/* shm_value(task) while it is plain: the task's value as list(value) once
+ * its reply says "ok" (read here too when it arrives while this waits, as
+ * event 7 of ps_pool_next_event_delivered()). Anything else is left to
+ * shm_value() in R: NULL when the task is not one, has failed or belongs to
+ * a pool stopped since; list(NULL, event) when the pool had another event
+ * for R to handle first. */
+SEXP ps_task_value_plain(SEXP task, SEXP generation) {
+  if (TYPEOF(task) != ENVSXP || !Rf_inherits(task, "pageshare_task")) return R_NilValue;
+  make_constants();
+  SEXP forever = PROTECT(Rf_ScalarReal(NA_REAL));
+  for (;;) {
+    SEXP reply = R_existsVarInFrame(task, sym_reply) ? Rf_eval(sym_reply, task) : R_NilValue;
+    if (reply != R_NilValue) {
+      UNPROTECT(1);
+      if (!reply_ok(reply)) return R_NilValue;
+      PROTECT(reply);
+      /* (the task no longer keeps the shared arguments: its worker is done) */
+      if (R_existsVarInFrame(task, sym_keep)) Rf_defineVar(sym_keep, R_NilValue, task);
+      SEXP got = Rf_allocVector(VECSXP, 1);
+      SET_VECTOR_ELT(got, 0, VECTOR_ELT(reply, 1));
+      UNPROTECT(1);
+      return got;
+    }
+    SEXP own = R_existsVarInFrame(task, sym_generation) ? Rf_eval(sym_generation, task) : R_NilValue;
+    if (!R_compute_identical(own, generation, 16)) {
+      UNPROTECT(1);
+      return R_NilValue;
+    }
+    SEXP ev = PROTECT(ps_pool_next_event_delivered(forever, no));
+    if (Rf_asInteger(VECTOR_ELT(ev, 0)) == 7) {
+      UNPROTECT(1);
+      continue;
+    }
+    SEXP got = Rf_allocVector(VECSXP, 2);
+    SET_VECTOR_ELT(got, 1, ev);
+    UNPROTECT(2);
+    return got;
+  }
 }
 
 /* A worker runs the plain calls it receives, and replies, as long as it may:
@@ -112,13 +185,13 @@ SEXP ps_pool_next_event_delivered(SEXP timeout, SEXP idle) {
  * over before were let go); NULL when the pool stops. */
 SEXP ps_pool_worker_serve(SEXP clean) {
   int may = Rf_asLogical(clean) == TRUE;
-  SEXP yes = PROTECT(Rf_ScalarLogical(TRUE)), no = PROTECT(Rf_ScalarLogical(FALSE));
+  make_constants();
   for (;;) {
     SEXP msg = PROTECT(ps_rust(ps_pool_worker_next_rs()));
     /* (views of released segments are collected by R first, with a gc()) */
     if (msg == R_NilValue || !may || !Rf_asLogical(VECTOR_ELT(msg, 3)) ||
         (Rf_asLogical(VECTOR_ELT(msg, 4)) && Rf_asInteger(ps_rust(ps_mapped_stale_rs())) > 0)) {
-      UNPROTECT(3);
+      UNPROTECT(1);
       return msg;
     }
     if (Rf_asLogical(VECTOR_ELT(msg, 2))) ps_rust(ps_release_handoffs_rs());
@@ -128,14 +201,11 @@ SEXP ps_pool_worker_serve(SEXP clean) {
       for (int i = 0; i < 5; i++) SET_VECTOR_ELT(left, i, VECTOR_ELT(msg, i));
       SET_VECTOR_ELT(left, 2, no);
       SET_VECTOR_ELT(left, 5, out);
-      UNPROTECT(5);
+      UNPROTECT(3);
       return left;
     }
     SEXP sent = ps_rust(ps_pool_worker_reply_rs(VECTOR_ELT(msg, 0), out, yes, no));
     UNPROTECT(2);
-    if (Rf_asLogical(sent) != TRUE) {
-      UNPROTECT(2);
-      return R_NilValue;
-    }
+    if (Rf_asLogical(sent) != TRUE) return R_NilValue;
   }
 }

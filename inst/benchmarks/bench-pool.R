@@ -65,6 +65,7 @@ compare <- function(title, systems, unit = "ms", scale = 1) {
 }
 
 f0 <- function() NULL
+f1 <- function(i) i
 if ("trip" %in% sections) {
   n <- 2000
   systems <- list(
@@ -79,26 +80,11 @@ if ("throughput" %in% sections) {
   start_workers(1)
   systems <- list(`pool (1 worker): shm_call x n, then shm_value x n` = function() {
     ms({ tasks <- lapply(seq_len(n), function(i) shm_call(f0)); for (t in tasks) shm_value(t) }) / n
-  }, `pool (1 worker): shm_map(1:n, f)` = function() ms(shm_map(seq_len(n), function(i) NULL)) / n,
-  # R's own share of a call that no transport saves: for each of n calls
-  # outstanding at once, a task object (an environment with its class, tag
-  # and reply), the message serialized and a small reply read back, no worker
-  `R alone: n task objects, messages and replies` = function() {
-    msg <- list(op = "call", FUN = f0, args = list(), threshold = 1e6)
-    reply <- serialize(list(status = "ok", value = NULL), NULL, xdr = FALSE)
-    ms({
-      tasks <- lapply(seq_len(n), function(i) {
-        t <- new.env(parent = emptyenv())
-        class(t) <- "pageshare_task"
-        t$tag <- i
-        t$payload <- serialize(msg, NULL, xdr = FALSE)
-        t
-      })
-      for (t in tasks) t$reply <- unserialize(reply)
-    }) / n
-  })
+  }, `pool (1 worker): the same with an argument, shm_call(f1, i)` = function() {
+    ms({ tasks <- lapply(seq_len(n), function(i) shm_call(f1, i)); for (t in tasks) shm_value(t) }) / n
+  }, `pool (1 worker): shm_map(1:n, f)` = function() ms(shm_map(seq_len(n), function(i) NULL)) / n)
   med <- compare("pipelined tasks on one worker, per task", systems, "us", 1000)
-  cat(sprintf("  tasks/s: %s\n", paste(sprintf("%s %.0f", c("calls", "map", "R alone"), 1e6 / med), collapse = ", ")))
+  cat(sprintf("  tasks/s: %s\n", paste(sprintf("%s %.0f", c("calls", "calls with an argument", "map"), 1e6 / med), collapse = ", ")))
   start_workers(2)
 }
 

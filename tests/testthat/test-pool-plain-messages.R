@@ -1,0 +1,114 @@
+# The messages of the pool's plain calls (src/pool_messages.c): the bytes of
+# simple values written without R_Serialize (src/simple_serialize.c), a
+# function's bytes kept for the next call of the same function, and the C
+# code on this path under gctorture.
+
+serialize_simple <- function(x) .Call(pageshare:::ps_serialize_simple, x)
+
+# A random simple value: NULL, a vector of a basic type without attributes
+# (NA, NaN, infinities, empty, strings of every encoding) or a list of them.
+random_simple <- function(depth = 0L) {
+  n <- sample(c(0:3, 10L), 1L)
+  kind <- sample(c("null", "lgl", "int", "dbl", "cplx", "raw", "chr", if (depth < 3L) "list"), 1L)
+  strings <- c("a", "", "NA", NA, "\u00e9t\u00e9", "\u4e2d", iconv("\u00e9", "UTF-8", "latin1"),
+               "\xff", paste(rep("x", 300), collapse = ""))
+  Encoding(strings[8]) <- "bytes"
+  x <- switch(kind,
+    null = NULL,
+    lgl = sample(c(TRUE, FALSE, NA), n, replace = TRUE),
+    int = sample(c(-.Machine$integer.max, -1L, 0L, 7L, NA), n, replace = TRUE),
+    dbl = sample(c(0, -0, 0.1, 1e308, -Inf, Inf, NaN, NA), n, replace = TRUE),
+    cplx = complex(real = runif(n), imaginary = sample(c(NA, 1, -2), n, replace = TRUE)),
+    raw = as.raw(sample(0:255, n, replace = TRUE)),
+    chr = sample(strings, n, replace = TRUE),
+    list = lapply(seq_len(n), function(i) random_simple(depth + 1L)))
+  if (kind == "int") x <- x + 0L   # (a vector of its own, not R's compact 1:n)
+  x
+}
+
+test_that("simple values are written with serialize()'s own bytes", {
+  set.seed(20261204)
+  for (i in 1:400) {
+    x <- random_simple()
+    expect_identical(serialize_simple(x), serialize(x, NULL, xdr = FALSE), info = paste(deparse(x), collapse = ""))
+  }
+  deep <- list(); for (i in 1:20) deep <- list(deep, i + 0)
+  expect_identical(serialize_simple(deep), serialize(deep, NULL, xdr = FALSE))
+})
+
+test_that("values that are not simple are left to serialize()", {
+  too_deep <- list(); for (i in 1:40) too_deep <- list(too_deep)
+  for (x in list(c(a = 1), factor("a"), matrix(1:4, 2), 1:10, as.character(1:3), list(1, c(b = 2)),
+                 quote(x), function() 1, globalenv(), too_deep)) {
+    expect_null(serialize_simple(x))
+  }
+})
+
+test_that("calls of one function reach the worker with their own arguments", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  f <- function(x, ...) list(x, ...)
+  tasks <- lapply(1:50, function(i) shm_call(f, i, name = letters[i %% 26 + 1], NULL))
+  got <- lapply(tasks, shm_value)
+  expect_identical(got, lapply(1:50, function(i) list(i, name = letters[i %% 26 + 1], NULL)))
+  # arguments that are not simple, and quoted ones, arrive as they are
+  expect_identical(shm_value(shm_call(f, factor("b"), 1:3, quote(sym))), list(factor("b"), 1:3, quote(sym)))
+})
+
+test_that("a function changed since its last call runs as it is now", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  # an environment written by value: its contents now, not at the first call
+  e <- new.env()
+  e$v <- 1
+  f <- eval(bquote(function() .(e)$v), globalenv())
+  expect_identical(shm_value(shm_call(f)), 1)
+  e$v <- 2
+  expect_identical(shm_value(shm_call(f)), 2)
+  # the function itself changed in place by R's replacement functions
+  g <- function() "before"
+  environment(g) <- globalenv()
+  expect_identical(shm_value(shm_call(g)), "before")
+  body(g) <- quote("body")
+  expect_identical(shm_value(shm_call(g)), "body")
+  formals(g) <- alist(x = "formals")
+  body(g) <- quote(x)
+  expect_identical(shm_value(shm_call(g)), "formals")
+  attr(g, "tag") <- "attribute"
+  expect_identical(shm_value(shm_call(function(h) attr(h, "tag"), g)), "attribute")
+  h <- function() attr(sys.function(), "tag")
+  expect_null(shm_value(shm_call(h)))
+  attr(h, "tag") <- "set"
+  expect_identical(shm_value(shm_call(h)), "set")
+  # a function defined again under the same name, and another between calls
+  k <- function() 1
+  expect_identical(shm_value(shm_call(k)), 1)
+  k <- function() 2
+  expect_identical(shm_value(shm_call(k)), 2)
+  expect_identical(shm_value(shm_call(sum, 1, 2)), 3)
+  expect_identical(shm_value(shm_call(k)), 2)
+})
+
+test_that("the plain path keeps every object it makes from the collector", {
+  on.exit({ gctorture(FALSE); stop_workers() }, add = TRUE)
+  start_workers(1)
+  f <- function(x, y = 0) list(x, y, "\u00e9")
+  g <- local({ k <- 5; function(x) x * k })
+  gctorture(TRUE)
+  a <- shm_value(shm_call(f, 1, y = "z"))
+  b <- shm_value(shm_call(g, 2))
+  t1 <- shm_call(f, 2)
+  t2 <- shm_call(f, 3)
+  both <- list(shm_value(t2), shm_value(t1))
+  simple <- serialize_simple(list(1, "a", list(NULL, 2i)))
+  gctorture(FALSE)
+  expect_identical(a, list(1, "z", "\u00e9"))
+  expect_identical(b, 10)
+  expect_identical(both, list(list(3, 0, "\u00e9"), list(2, 0, "\u00e9")))
+  expect_identical(unserialize(simple), list(1, "a", list(NULL, 2i)))
+  # and in the worker, which runs plain calls and writes their replies in C
+  pageshare:::pool_call_each(function() gctorture(TRUE))
+  w <- list(shm_value(shm_call(f, 5, y = c(a = 1))), shm_value(shm_call(f, 6)))
+  pageshare:::pool_call_each(function() gctorture(FALSE))
+  expect_identical(w, list(list(5, c(a = 1), "\u00e9"), list(6, 0, "\u00e9")))
+})
