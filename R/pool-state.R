@@ -96,12 +96,6 @@ shared_memory_usable <- function() {
   shm_pool$memory_usable
 }
 
-# Is the pool running with every worker in place?
-pool_ready <- function() {
-  pids <- shm_pool$pids
-  length(pids) > 0L && !anyNA(pids)
-}
-
 pool_ensure <- function() {
   pids <- shm_pool$pids
   if (is.null(pids)) pool_start(pool_worker_count(NULL, "pageshare.workers")) else if (anyNA(pids)) pool_fill_vacancies()

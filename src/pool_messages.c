@@ -208,7 +208,7 @@ SEXP ps_plain_message(SEXP fun, SEXP args, SEXP threshold) {
   return payload;
 }
 
-/* The serialized reply list(status = "ok", value), made here. */
+/* The reply list(status = "ok", value) to a call whose value is `value`. */
 static SEXP ok_reply_list(SEXP value) {
   SEXP reply = PROTECT(Rf_allocVector(VECSXP, 2));
   SEXP names = Rf_allocVector(STRSXP, 2);

@@ -4,6 +4,8 @@
  *   - ps_pool_call_plain(): shm_call()'s plain case, made and sent in one step;
  *   - ps_pool_next_event_delivered(): the pool's next event, a plain reply to
  *     a call read and delivered to its task here;
+ *   - ps_task_value_plain(): shm_value()'s case of a call whose reply says
+ *     "ok", also while it waits for it;
  *   - ps_pool_worker_serve(): a worker's loop over plain calls.
  * Anything else goes the general way, in R (R/pool*.R), from where these
  * leave off.
@@ -12,6 +14,7 @@
  * task's own, and R_Unserialize), and its errors unwind through these frames
  * to the caller's handler; every object here is an R object. */
 #include <Rinternals.h>
+#include <Rversion.h>
 #include <string.h>
 #include "pool_messages.h"
 
@@ -55,8 +58,18 @@ static void make_constants(void) {
   MARK_NOT_MUTABLE(no);
 }
 
-/* Has the pool a worker in every slot (pool_ready() in R/pool-state.R)? */
+static SEXP closure_env(SEXP fun) {
+#if R_VERSION >= R_Version(4, 5, 0)
+  return R_ClosureEnv(fun);
+#else
+  return CLOENV(fun);
+#endif
+}
+
+/* Has the pool a worker in every slot? (`pids` is NULL while no pool runs;
+ * else pool_ensure() in R/pool-state.R starts the pool or fills the slot.) */
 static int pool_ready(SEXP pids) {
+  if (TYPEOF(pids) != INTSXP && TYPEOF(pids) != REALSXP) return 0;
   R_xlen_t n = XLENGTH(pids);
   if (n == 0) return 0;
   for (R_xlen_t i = 0; i < n; i++) {
@@ -74,7 +87,7 @@ static int pool_ready(SEXP pids) {
 SEXP ps_pool_call_plain(SEXP fun, SEXP args, SEXP pids, SEXP generation) {
   if (!Rf_isFunction(fun) || TYPEOF(args) != VECSXP || !pool_ready(pids)) return R_NilValue;
   make_constants();
-  SEXP env = TYPEOF(fun) == CLOSXP ? CLOENV(fun) : R_NilValue;
+  SEXP env = TYPEOF(fun) == CLOSXP ? closure_env(fun) : R_NilValue;
   SEXP threshold = Rf_GetOption1(sym_threshold_option);
   if (!plain_threshold(threshold) || !ps_is_plain_call(env, args, threshold)) return R_NilValue;
   SEXP payload = PROTECT(ps_plain_message(fun, args, threshold));

@@ -44,6 +44,25 @@ test_that("values that are not simple are left to serialize()", {
   }
 })
 
+test_that("a plain call starts the pool when none runs, and fills a slot left vacant", {
+  on.exit(stop_workers(), add = TRUE)
+  old <- options(pageshare.workers = 1L)
+  on.exit(options(old), add = TRUE)
+  stop_workers()
+  expect_identical(shm_value(shm_call(function() "started")), "started")
+  pid <- .Call(pageshare:::ps_pool_pids)
+  expect_length(pid, 1L)
+  # its worker killed in the middle of a call: the next call gets a new one
+  begun <- tempfile()
+  task <- shm_call(function(path) { file.create(path); Sys.sleep(30) }, begun)
+  while (!file.exists(begun)) Sys.sleep(0.01)
+  tools::pskill(pid, tools::SIGKILL)
+  expect_error(shm_value(task), class = "pageshare_worker_died")
+  expect_identical(shm_value(shm_call(function() "filled")), "filled")
+  expect_false(pid %in% .Call(pageshare:::ps_pool_pids))
+  unlink(begun)
+})
+
 test_that("calls of one function reach the worker with their own arguments", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)
