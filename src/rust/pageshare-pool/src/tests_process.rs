@@ -7,8 +7,9 @@ use crate::pool::{Launch, Pool, PoolError, Received};
 use crate::wait::{Patience, StopReason};
 use std::time::{Duration, Instant};
 
-const DIE: u64 = u64::MAX;
 const SLEEP: u64 = u64::MAX - 1;
+/// The body names a file: the worker ends once it exists.
+const DIE_WHEN_FILE: u64 = u64::MAX;
 
 fn never() -> impl FnMut() -> Option<StopReason> {
     || None
@@ -43,8 +44,9 @@ fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
-/// The worker: echoes every message with its tag; DIE ends the process at
-/// once, SLEEP sleeps for a minute first.
+/// The worker: echoes every message with its tag; SLEEP sleeps for a minute
+/// first; DIE_WHEN_FILE ends the process once the file its body names exists
+/// (so that the master can queue a message behind it).
 #[test]
 #[ignore]
 fn worker_main() {
@@ -62,8 +64,15 @@ fn worker_main() {
             Err(_) => pageshare_core::os::exit_now(0),
         };
         match tag {
-            DIE => pageshare_core::os::exit_now(3),
             SLEEP => std::thread::sleep(Duration::from_secs(60)),
+            DIE_WHEN_FILE => {
+                let path = std::path::PathBuf::from(String::from_utf8(buf.clone()).expect("a path"));
+                let until = Instant::now() + Duration::from_secs(60);
+                while !path.exists() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                pageshare_core::os::exit_now(3)
+            }
             _ => {}
         }
         conn.region.results(conn.slot).send(tag, &buf, Patience::default(), &mut never()).expect("reply");
@@ -110,10 +119,16 @@ fn workers_answer_on_their_slots_and_are_gone_after_stop() {
 fn a_worker_that_dies_mid_task_is_reported_and_replaced() {
     let mut pool = Pool::start(2, 4096, worker_launch()).unwrap();
     let old = pool.pid(0);
-    pool.send(0, DIE, b"", Patience::default(), &mut never()).unwrap();
+    // (the worker ends only once the second message is surely queued behind
+    // the first: were it gone before, that send would find it closed)
+    let gate = std::env::temp_dir().join(format!("pageshare-pool-test-{}-gate", std::process::id()));
+    let _ = std::fs::remove_file(&gate);
+    pool.send(0, DIE_WHEN_FILE, gate.to_str().unwrap().as_bytes(), Patience::default(), &mut never()).unwrap();
     pool.send(0, 77, b"never begun", Patience::default(), &mut never()).unwrap();
+    std::fs::write(&gate, b"").unwrap();
     let mut out = Vec::new();
     let got = pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
+    std::fs::remove_file(&gate).unwrap();
     assert_eq!(got, Received::Died { slot: 0, pid: old });
     assert_eq!(pool.replace(0).unwrap(), vec![77]);
     let new = pool.pid(0);
