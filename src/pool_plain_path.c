@@ -38,10 +38,10 @@ static int plain_threshold(SEXP x) {
 }
 
 /* Objects every plain call uses, made once (and kept from the collector). */
-static SEXP sym_generation, sym_tag, sym_reply, sym_keep, sym_threshold_option, task_class, yes, no;
+static SEXP sym_generation, sym_tag, sym_reply, sym_keep, sym_threshold_option, task_class;
 
 static void make_constants(void) {
-  if (no != NULL) return;
+  if (task_class != NULL) return;
   sym_generation = Rf_install("generation");
   sym_tag = Rf_install("tag");
   sym_reply = Rf_install("reply");
@@ -50,12 +50,6 @@ static void make_constants(void) {
   task_class = Rf_mkString("pageshare_task");
   R_PreserveObject(task_class);
   MARK_NOT_MUTABLE(task_class);
-  yes = Rf_ScalarLogical(TRUE);
-  R_PreserveObject(yes);
-  MARK_NOT_MUTABLE(yes);
-  no = Rf_ScalarLogical(FALSE);
-  R_PreserveObject(no);
-  MARK_NOT_MUTABLE(no);
 }
 
 static SEXP closure_env(SEXP fun) {
@@ -95,7 +89,7 @@ SEXP ps_pool_call_plain(SEXP fun, SEXP args, SEXP pids, SEXP generation) {
   Rf_defineVar(sym_generation, generation, task);
   Rf_setAttrib(task, R_ClassSymbol, task_class);
   SEXP slot = PROTECT(Rf_ScalarInteger(NA_INTEGER));
-  SEXP tag = PROTECT(ps_rust(ps_pool_submit_rs(slot, payload, yes, task, no)));
+  SEXP tag = PROTECT(ps_rust(ps_pool_submit_rs(slot, payload, Rf_ScalarLogical(TRUE), task, Rf_ScalarLogical(FALSE))));
   if (Rf_asReal(tag) < 0) {
     UNPROTECT(4);
     return tag;
@@ -176,7 +170,7 @@ SEXP ps_task_value_plain(SEXP task, SEXP generation) {
       UNPROTECT(1);
       return R_NilValue;
     }
-    SEXP ev = PROTECT(ps_pool_next_event_delivered(forever, no));
+    SEXP ev = PROTECT(ps_pool_next_event_delivered(forever, Rf_ScalarLogical(FALSE)));
     if (Rf_asInteger(VECTOR_ELT(ev, 0)) == 7) {
       UNPROTECT(1);
       continue;
@@ -212,12 +206,12 @@ SEXP ps_pool_worker_serve(SEXP clean) {
     if (TYPEOF(out) != RAWSXP) {
       SEXP left = PROTECT(Rf_allocVector(VECSXP, 6));
       for (int i = 0; i < 5; i++) SET_VECTOR_ELT(left, i, VECTOR_ELT(msg, i));
-      SET_VECTOR_ELT(left, 2, no);
+      SET_VECTOR_ELT(left, 2, Rf_ScalarLogical(FALSE));
       SET_VECTOR_ELT(left, 5, out);
       UNPROTECT(3);
       return left;
     }
-    SEXP sent = ps_rust(ps_pool_worker_reply_rs(VECTOR_ELT(msg, 0), out, yes, no));
+    SEXP sent = ps_rust(ps_pool_worker_reply_rs(VECTOR_ELT(msg, 0), out, Rf_ScalarLogical(TRUE), Rf_ScalarLogical(FALSE)));
     UNPROTECT(2);
     if (Rf_asLogical(sent) != TRUE) return R_NilValue;
   }
