@@ -21,8 +21,11 @@ pool_ring_bytes <- 262144
 
 # How long the master spins for a reply before it sleeps (a wake-up from
 # sleep costs tens of microseconds); it spins only while fewer workers than
-# cores are busy.
-pool_spin_microseconds <- 50
+# cores are busy. Long enough to cover a call whose both ends run R code
+# (sharing an argument, a reply with a view): shorter, each end would sleep
+# and be woken once per call, which costs more time and more CPU than the
+# spinning (inst/benchmarks/bench-pool.R, vector section).
+pool_spin_microseconds <- 150
 
 # How long new workers may take to start R, load pageshare and connect: a
 # minute, and a second more per worker (a hundred workers start on a few

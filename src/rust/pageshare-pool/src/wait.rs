@@ -58,8 +58,11 @@ pub struct Patience {
 }
 
 impl Default for Patience {
+    /// Spins long enough to cover a peer that runs some R code before it
+    /// answers (a call with a shared argument): a futex wake-up per message
+    /// costs more, in time and CPU, than spinning through it.
     fn default() -> Self {
-        Patience { spin: Duration::from_micros(50), slice: Duration::from_millis(20) }
+        Patience { spin: Duration::from_micros(150), slice: Duration::from_millis(20) }
     }
 }
 
