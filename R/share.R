@@ -25,6 +25,12 @@
 #' the heap when freed. `shared_info(view)$source_released` tells how many bytes
 #' were handed over. See `pageshare.release_source` in [pageshare_options].
 #'
+#' Finding the view of an object shared before is cheap when its pages were
+#' handed over (the source still maps the segment's pages, unwritten). Any
+#' other source is compared with its segment byte for byte, because a new
+#' vector may take a dead one's address: sharing it again costs a read of both
+#' copies, in proportion to its size.
+#'
 #' Character vectors are stored packed (offsets, bytes, encodings); their view
 #' makes an R string only for the elements that are touched, so `x[i]` or
 #' `nchar(x[i])` on a view of millions of strings stays cheap.
