@@ -89,6 +89,51 @@ test_that("dimnames along MARGIN and list names are kept", {
   expect_named(memLapply(list(a = 1, b = 2), function(x) x), c("a", "b"))
 })
 
+test_that("a column is exactly X[, j]: every type, dimnames, size, views, objects and bad j", {
+  column <- function(X, j) .Call(pageshare:::ps_matrix_column, X, j)
+  same_as_bracket <- function(X, j) {
+    want <- tryCatch(X[, j], error = function(e) conditionMessage(e))
+    got <- tryCatch(column(X, j), error = function(e) conditionMessage(e))
+    expect_identical(got, want, info = paste(typeof(X), paste(dim(X), collapse = "x"), format(j)))
+  }
+  set.seed(7)
+  makers <- list(
+    logical = function(n) sample(c(TRUE, FALSE, NA), n, TRUE),
+    integer = function(n) sample(c(-5:5, NA), n, TRUE),
+    double = function(n) sample(c(rnorm(5), NA, NaN, Inf), n, TRUE),
+    complex = function(n) complex(real = rnorm(n), imaginary = rnorm(n)),
+    raw = function(n) as.raw(sample(0:255, n, TRUE)),
+    character = function(n) sample(c("a", "\u00e9", NA, ""), n, TRUE))
+  for (type in names(makers)) {
+    for (nr in c(0L, 1L, 2L, 7L)) {
+      nc <- 3L
+      base <- matrix(makers[[type]](nr * nc), nr, nc)
+      variants <- list(
+        plain = base,
+        rows = `dimnames<-`(base, list(if (nr) paste0("r", seq_len(nr)) else character(), NULL)),
+        cols = `dimnames<-`(base, list(NULL, c("x", "y", "z"))),
+        both = `dimnames<-`(base, list(rows = if (nr) paste0("r", seq_len(nr)) else character(),
+                                       cols = c("x", "y", "z"))),
+        extra = structure(base, note = "kept by nothing"))
+      for (X in variants) {
+        for (j in list(1L, 3, 2.0, 0L, 4L, 1.5, NA_integer_, -1L, "x", c(1L, 2L), TRUE)) same_as_bracket(X, j)
+      }
+    }
+  }
+  # a view of a matrix, and a view's column, are read as X[, j]
+  V <- share(matrix(rnorm(300 * 4), 300, dimnames = list(NULL, letters[1:4])))
+  for (j in 1:4) same_as_bracket(V, j)
+  same_as_bracket(V, "b")
+  # an object dispatches to its own method
+  obj <- structure(matrix(1:6, 2), class = "pageshare_test_mat")
+  registerS3method("[", "pageshare_test_mat", function(x, i, j, ...) "the method", envir = globalenv())
+  expect_identical(column(obj, 1L), "the method")
+  # not a matrix
+  same_as_bracket(1:6, 1L)
+  same_as_bracket(array(1:24, c(2, 3, 4)), 1L)
+  rm(V); invisible(gc())
+})
+
 test_that("VARS: a named list (shared when large) or names of registered variables", {
   X <- matrix(rnorm(200), 20)
   y <- rnorm(20)
