@@ -14,6 +14,8 @@
 # future.apply's scripts run one R process each; furrr's testthat files run in
 # one process per plan. Exits with status 1 when shm_multisession fails where
 # multisession passes, and skips (status 0) when DIR has no such suite.
+# furrr's `_dfr`/`_dfc` tests need dplyr (Debian: r-cran-dplyr): without it
+# those files end in errors under every plan.
 args <- commandArgs(trailingOnly = TRUE)
 opt <- function(name, default = NA) {
   a <- grep(sprintf("^--%s=", name), args, value = TRUE)
