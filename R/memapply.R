@@ -237,10 +237,10 @@ mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
 }
 
 # Run on a worker: FUN on row, column or element i of X, with VARS as the
-# further arguments (bound once per call, see pool_runner()). A column is
-# X[, i], copied as one region where that is certain to be the same
-# (src/matrix_column.c).
-mem_row <- function(i, .X, .FUN, ...) .FUN(.X[i, ], ...)
+# further arguments (bound once per call, see pool_runner()). A row or column
+# is X[i, ] or X[, i], copied in C where that is certain to be the same
+# (src/matrix_margins.c).
+mem_row <- function(i, .X, .FUN, ...) .FUN(.Call(ps_matrix_row, .X, i), ...)
 mem_column <- function(i, .X, .FUN, ...) .FUN(.Call(ps_matrix_column, .X, i), ...)
 mem_element <- function(i, .X, .FUN, ...) .FUN(.X[[i]], ...)
 
@@ -254,7 +254,7 @@ mem_worker <- function(idx, X, mode, FUN, VARS) {
   garbage <- 0
   for (j in seq_along(idx)) {
     i <- idx[j]
-    v <- switch(mode, X[i, ], .Call(ps_matrix_column, X, i), X[[i]])
+    v <- switch(mode, .Call(ps_matrix_row, X, i), .Call(ps_matrix_column, X, i), X[[i]])
     if (mode != 3L) {
       garbage <- garbage + 8 * length(v)
       if (garbage > 8388608) {

@@ -53,7 +53,7 @@
   X(ps_run_iterations, 3) X(ps_serialize_native, 1) X(ps_unserialize, 1) X(ps_pool_run_plain, 1)    \
   X(ps_plain_call, 3) X(ps_pool_call_plain, 4) X(ps_pool_next_event_delivered, 2)                \
   X(ps_task_value_plain, 2) X(ps_pool_worker_serve, 1) X(ps_plain_message, 3) X(ps_serialize_simple, 1) \
-  X(ps_matrix_column, 2)
+  X(ps_matrix_column, 2) X(ps_matrix_row, 2)
 
 #define SHELL(name, n)                                                                             \
   SEXP name##_rs P##n;                                                                             \

@@ -89,12 +89,17 @@ test_that("dimnames along MARGIN and list names are kept", {
   expect_named(memLapply(list(a = 1, b = 2), function(x) x), c("a", "b"))
 })
 
-test_that("a column is exactly X[, j]: every type, dimnames, size, views, objects and bad j", {
+test_that("a row or column is exactly X[i, ] or X[, j]: every type, dimnames, size, views, objects, bad index", {
   column <- function(X, j) .Call(pageshare:::ps_matrix_column, X, j)
+  row <- function(X, i) .Call(pageshare:::ps_matrix_row, X, i)
   same_as_bracket <- function(X, j) {
+    info <- paste(typeof(X), paste(dim(X), collapse = "x"), format(j))
     want <- tryCatch(X[, j], error = function(e) conditionMessage(e))
     got <- tryCatch(column(X, j), error = function(e) conditionMessage(e))
-    expect_identical(got, want, info = paste(typeof(X), paste(dim(X), collapse = "x"), format(j)))
+    expect_identical(got, want, info = paste("column", info))
+    want <- tryCatch(X[j, ], error = function(e) conditionMessage(e))
+    got <- tryCatch(row(X, j), error = function(e) conditionMessage(e))
+    expect_identical(got, want, info = paste("row", info))
   }
   set.seed(7)
   makers <- list(
@@ -105,29 +110,30 @@ test_that("a column is exactly X[, j]: every type, dimnames, size, views, object
     raw = function(n) as.raw(sample(0:255, n, TRUE)),
     character = function(n) sample(c("a", "\u00e9", NA, ""), n, TRUE))
   for (type in names(makers)) {
-    for (nr in c(0L, 1L, 2L, 7L)) {
-      nc <- 3L
+    for (nr in c(0L, 1L, 2L, 7L)) for (nc in c(0L, 1L, 3L)) {
       base <- matrix(makers[[type]](nr * nc), nr, nc)
+      rn <- if (nr) paste0("r", seq_len(nr)) else character()
+      cn <- c("x", "y", "z")[seq_len(nc)]
       variants <- list(
         plain = base,
-        rows = `dimnames<-`(base, list(if (nr) paste0("r", seq_len(nr)) else character(), NULL)),
-        cols = `dimnames<-`(base, list(NULL, c("x", "y", "z"))),
-        both = `dimnames<-`(base, list(rows = if (nr) paste0("r", seq_len(nr)) else character(),
-                                       cols = c("x", "y", "z"))),
+        rows = `dimnames<-`(base, list(rn, NULL)),
+        cols = `dimnames<-`(base, list(NULL, cn)),
+        both = `dimnames<-`(base, list(rows = rn, cols = cn)),
         extra = structure(base, note = "kept by nothing"))
       for (X in variants) {
         for (j in list(1L, 3, 2.0, 0L, 4L, 1.5, NA_integer_, -1L, "x", c(1L, 2L), TRUE)) same_as_bracket(X, j)
       }
     }
   }
-  # a view of a matrix, and a view's column, are read as X[, j]
+  # a view of a matrix: its rows and columns are read as X[i, ] and X[, j]
   V <- share(matrix(rnorm(300 * 4), 300, dimnames = list(NULL, letters[1:4])))
-  for (j in 1:4) same_as_bracket(V, j)
+  for (j in c(1:4, 150L, 300L)) same_as_bracket(V, j)
   same_as_bracket(V, "b")
   # an object dispatches to its own method
   obj <- structure(matrix(1:6, 2), class = "pageshare_test_mat")
   registerS3method("[", "pageshare_test_mat", function(x, i, j, ...) "the method", envir = globalenv())
   expect_identical(column(obj, 1L), "the method")
+  expect_identical(row(obj, 1L), "the method")
   # not a matrix
   same_as_bracket(1:6, 1L)
   same_as_bracket(array(1:24, c(2, 3, 4)), 1L)
