@@ -64,41 +64,26 @@ static void copy_slice(SEXP x, SEXP out, R_xlen_t from, R_xlen_t step, R_xlen_t 
     case RAWSXP: RAW_GET_REGION(x, from, n, RAW(out)); return;
     }
   }
+/* (one typed loop per type: the element's C type and its read-only and
+ * writable accessors) */
+#define COPY_STRIDED(ctype, read_only, writable)                                                   \
+  {                                                                                                \
+    const ctype *p = read_only(x) + from;                                                          \
+    ctype *o = writable(out);                                                                      \
+    for (R_xlen_t k = 0; k < n; k++) o[k] = p[k * step];                                           \
+    return;                                                                                        \
+  }
   switch (TYPEOF(x)) {
-  case LGLSXP: {
-    const int *p = LOGICAL_RO(x) + from;
-    int *o = LOGICAL(out);
-    for (R_xlen_t k = 0; k < n; k++) o[k] = p[k * step];
-    return;
-  }
-  case INTSXP: {
-    const int *p = INTEGER_RO(x) + from;
-    int *o = INTEGER(out);
-    for (R_xlen_t k = 0; k < n; k++) o[k] = p[k * step];
-    return;
-  }
-  case REALSXP: {
-    const double *p = REAL_RO(x) + from;
-    double *o = REAL(out);
-    for (R_xlen_t k = 0; k < n; k++) o[k] = p[k * step];
-    return;
-  }
-  case CPLXSXP: {
-    const Rcomplex *p = COMPLEX_RO(x) + from;
-    Rcomplex *o = COMPLEX(out);
-    for (R_xlen_t k = 0; k < n; k++) o[k] = p[k * step];
-    return;
-  }
-  case RAWSXP: {
-    const Rbyte *p = RAW_RO(x) + from;
-    Rbyte *o = RAW(out);
-    for (R_xlen_t k = 0; k < n; k++) o[k] = p[k * step];
-    return;
-  }
+  case LGLSXP: COPY_STRIDED(int, LOGICAL_RO, LOGICAL)
+  case INTSXP: COPY_STRIDED(int, INTEGER_RO, INTEGER)
+  case REALSXP: COPY_STRIDED(double, REAL_RO, REAL)
+  case CPLXSXP: COPY_STRIDED(Rcomplex, COMPLEX_RO, COMPLEX)
+  case RAWSXP: COPY_STRIDED(Rbyte, RAW_RO, RAW)
   case STRSXP:
     for (R_xlen_t k = 0; k < n; k++) SET_STRING_ELT(out, k, STRING_ELT(x, from + k * step));
     return;
   }
+#undef COPY_STRIDED
 }
 
 static SEXP matrix_slice(SEXP x, SEXP index, int by_row) {
