@@ -42,6 +42,17 @@ local_cluster <- function(n = 1L, env = parent.frame()) {
   cl
 }
 
+# Wait until `path` exists. The timeout is a guard against waiting forever
+# (an error that names the file), not a bound on what is tested.
+wait_for_file <- function(path, timeout = 30) {
+  deadline <- Sys.time() + timeout
+  while (!file.exists(path)) {
+    if (Sys.time() > deadline) stop("timed out waiting for ", path)
+    Sys.sleep(0.05)
+  }
+  path
+}
+
 # Wait until `path` has at least n lines.
 wait_for_lines <- function(path, n = 1L, timeout = 60) {
   t0 <- Sys.time()

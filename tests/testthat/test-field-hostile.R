@@ -236,15 +236,6 @@ skip_unless_user_loads_pageshare <- function(user, xchg) {
                       user$name, dirname(system.file(package = "pageshare")), paste(out, collapse = " ")))
 }
 
-wait_for_file <- function(path, timeout = 30) {
-  deadline <- Sys.time() + timeout
-  while (!file.exists(path)) {
-    if (Sys.time() > deadline) stop("timed out waiting for ", path)
-    Sys.sleep(0.05)
-  }
-  path
-}
-
 # A process of `user` that runs `lines` (R, with `sentinel` defined and its
 # files in `xchg`), says "ready" and lives until the frame `env` exits (it
 # goes first: before the user and the exchange directory). Returns its pid.

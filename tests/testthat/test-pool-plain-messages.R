@@ -55,9 +55,7 @@ test_that("a plain call starts the pool when none runs, and fills a slot left va
   # its worker killed in the middle of a call: the next call gets a new one
   begun <- tempfile()
   task <- shm_call(function(path) { file.create(path); Sys.sleep(30) }, begun)
-  deadline <- Sys.time() + 30   # (not a bound on the pool: a guard against waiting forever)
-  while (!file.exists(begun) && Sys.time() < deadline) Sys.sleep(0.01)
-  expect_true(file.exists(begun))
+  expect_true(file.exists(wait_for_file(begun)))
   tools::pskill(pid, tools::SIGKILL)
   expect_error(shm_value(task), class = "pageshare_worker_died")
   expect_identical(shm_value(shm_call(function() "filled")), "filled")
