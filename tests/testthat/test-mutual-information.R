@@ -115,6 +115,40 @@ test_that("method = 'pde' depends on x only through its ranks: heavy tails, coun
                    mutualinfo(null[, "lognormal"], y32, isYDiscrete = TRUE))
 })
 
+test_that("method = 'pde' is not biased by ties finer than an atom: counts of mean 20, values rounded to 0.2 (issue 29)", {
+  # Levels about as wide as the densities' window, neither atoms nor a density:
+  # the estimate is held against the information the drawn cases hold by the
+  # true distributions, which takes the sampling noise out. With ties kept as
+  # ties (before they were spread over their ranks): -3.5% and -4.2% over 50
+  # seeds, -3.2% and -4.1% here.
+  n <- 10446
+  sizes <- c(1115, 555, 543, 529, 525, 524, 514, 510, 506, 477, 465, 422, 415, 381, 378, 309, 295, 264,
+             187, 182, 181, 169, 169, 154, 153, 121, 89, 81, 80, 67, 49, 37)
+  y32 <- rep(seq_along(sizes), sizes)
+  shift <- 0.5 * ((seq_along(sizes) - 1) %% 5)
+  own_information <- function(x, cond) {
+    u <- unique(x)
+    d <- vapply(seq_along(sizes), function(c) cond(u, c), numeric(length(u)))
+    at <- match(x, u)
+    mean(log(d[cbind(at, y32)] / drop(d %*% (sizes / n))[at]))
+  }
+  families <- list(
+    `Poisson(20)` = list(draw = function() rpois(n, 20 + shift[y32] * sqrt(20)),
+                         cond = function(x, c) dpois(x, 20 + shift[c] * sqrt(20))),
+    `N(0, 1) rounded to 0.2` = list(draw = function() round(rnorm(n, shift[y32]) / 0.2) * 0.2,
+                                    cond = function(x, c) pnorm(x + 0.1, shift[c]) - pnorm(x - 0.1, shift[c])))
+  set.seed(2929)
+  for (name in names(families)) {
+    f <- families[[name]]
+    err <- vapply(1:8, function(i) {
+      x <- f$draw()
+      c(est = unname(mutual_information(x, y32, cores = 1)), own = own_information(x, f$cond))
+    }, numeric(2))
+    rel <- mean(err["est", ] - err["own", ]) / mean(err["own", ])
+    expect_lt(abs(rel), 0.02, label = sprintf("%s: relative error %+.2f%%", name, 100 * rel))
+  }
+})
+
 test_that("the discrete-discrete case is the exact plug-in MI (memshare drops a category)", {
   v <- rep(1:4, 100)
   expect_equal(mutualinfo(v, v, isXDiscrete = TRUE, isYDiscrete = TRUE), 2, tolerance = 1e-14)   # memshare: 1.4988

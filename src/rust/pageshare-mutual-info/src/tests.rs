@@ -413,7 +413,7 @@ fn non_finite_values_are_an_error_or_left_out() {
 
 // ---- pde mode: heavy tails, counts, rounded values (issue 29) ---------------
 
-use super::pde::{digamma, grassberger_mi, is_atom, normal_scores, qnorm};
+use super::pde::{digamma, grassberger_mi, is_atom, qnorm, spread_ties};
 
 #[test]
 fn qnorm_and_digamma_match_r() {
@@ -580,20 +580,33 @@ proptest! {
         }
     }
 
-    /// Normal scores are ascending, keep ties as ties, and are symmetric.
+    /// Spreading ties keeps each run's classes (only their order changes),
+    /// leaves untied points alone, and places a class evenly over a run: two
+    /// classes with equally many points in a run alternate.
     #[test]
-    fn normal_scores_keep_order_and_ties(v in prop::collection::vec(-20i32..20, 1..300)) {
-        let mut x: Vec<f64> = v.iter().map(|&a| a as f64).collect();
-        x.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        let s = normal_scores(&x);
-        for i in 1..x.len() {
-            let ok = if x[i] == x[i - 1] { s[i] == s[i - 1] } else { s[i] > s[i - 1] };
-            prop_assert!(ok, "position {}", i);
+    fn spreading_ties_reorders_classes_only_within_runs(
+        v in prop::collection::vec((-6i32..6, 0u32..4), 1..300),
+        pair in 1usize..20,
+    ) {
+        let mut pts: Vec<(f64, u32)> = v.iter().map(|&(a, c)| (a as f64, c)).collect();
+        // a run of `pair` points of class 0 and `pair` of class 1 at x = 100
+        pts.extend((0..2 * pair).map(|t| (100.0, (t % 2) as u32)));
+        pts.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap().then(a.1.cmp(&b.1)));
+        let (xs, cs): (Vec<f64>, Vec<u32>) = pts.into_iter().unzip();
+        let mut spread = cs.clone();
+        spread_ties(&xs, &mut spread);
+        let mut again = cs.clone();
+        spread_ties(&xs, &mut again);
+        prop_assert_eq!(&spread, &again);
+        let mut i = 0;
+        while i < xs.len() {
+            let j = (i..xs.len()).find(|&j| xs[j] != xs[i]).unwrap_or(xs.len());
+            let mut run = spread[i..j].to_vec();
+            run.sort_unstable();
+            prop_assert_eq!(&run[..], &cs[i..j], "run at {}", i);
+            i = j;
         }
-        let neg: Vec<f64> = x.iter().rev().map(|&a| -a).collect();
-        let sn = normal_scores(&neg);
-        for i in 0..x.len() {
-            prop_assert!((s[i] + sn[x.len() - 1 - i]).abs() < 1e-12);
-        }
+        let last = &spread[xs.len() - 2 * pair..];
+        prop_assert!(last.windows(2).all(|w| w[0] != w[1]), "{:?}", last);
     }
 }
