@@ -10,7 +10,9 @@
 # - a warm memApply() of a 10 x 10 matrix;
 # - a 16 KB reply from a pool worker (Nagle's algorithm would add ~40 ms);
 # - share() of a small vector with 1000 and with 4000 entries in the identity
-#   cache (the cost must not grow with the cache).
+#   cache (the cost must not grow with the cache);
+# - share() of a new vector of 1 MiB (the default threshold, so the smallest
+#   that is shared alone: its fixed costs weigh most).
 suppressPackageStartupMessages({ library(pageshare); library(future) })
 rounds <- as.integer(commandArgs(trailingOnly = TRUE)[1]); if (is.na(rounds)) rounds <- 15L
 ms <- function(expr) { t0 <- proc.time()[["elapsed"]]; force(expr); (proc.time()[["elapsed"]] - t0) * 1000 }
@@ -52,3 +54,12 @@ last <- per_share(3001:4000)
 cat(sprintf("share() of a small vector: %.1f us with < 1000 cached, %.1f us with 3000-4000 cached (ratio %.2f)\n",
             first, last, last / first))
 rm(views, src); forget_shared(); invisible(gc())
+
+# share() of new 1 MiB vectors (made before the clock starts), 50 per round.
+per_new <- replicate(rounds, {
+  vs <- lapply(1:50, function(i) runif(2^17))
+  t <- ms(for (v in vs) share(v)) / 50 * 1000
+  rm(vs); invisible(gc())
+  t
+})
+cat(sprintf("share() of a new 1 MiB vector: median %.0f us\n", median(per_new)))

@@ -5,6 +5,8 @@ use crate::error::{Error, Result};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Bytes available to an unprivileged writer in the filesystem holding `dir`.
 pub fn free_bytes(dir: &Path) -> Result<u64> {
@@ -56,6 +58,61 @@ pub fn available_memory() -> u64 {
         free = free.min(max.saturating_sub(used));
     }
     free
+}
+
+/// How long a measurement of [`available_memory`] answers for new segments.
+pub const ROOM_REFRESH: Duration = Duration::from_millis(100);
+
+/// The memory new segments may take, measured at most once per
+/// [`ROOM_REFRESH`] while they stay small against it: a measurement reads
+/// /proc/meminfo and the cgroups' files (tens of microseconds, a tenth of
+/// sharing a 1 MiB vector), which a steady stream of shares should not pay
+/// each time.
+#[derive(Debug, Default)]
+pub struct Room {
+    /// When the last measurement was taken, and what it found.
+    measured: Option<(Instant, u64)>,
+    /// Bytes granted since then.
+    granted: u64,
+}
+
+impl Room {
+    pub const fn new() -> Room {
+        Room { measured: None, granted: 0 }
+    }
+
+    /// Grant `needed` bytes at time `now`. Without measuring while the last
+    /// measurement is younger than [`ROOM_REFRESH`] and the grants since it,
+    /// this one included, stay within half of what it found (the other half
+    /// is left for what other processes take meanwhile); otherwise with a new
+    /// measurement (`measure`). `Err(free)`, free as just measured, when
+    /// `needed` does not fit.
+    pub fn grant(&mut self, needed: u64, now: Instant, measure: impl FnOnce() -> u64) -> std::result::Result<(), u64> {
+        if let Some((at, free)) = self.measured {
+            let recent = now.saturating_duration_since(at) < ROOM_REFRESH;
+            if recent && self.granted.saturating_add(needed) <= free / 2 {
+                self.granted += needed;
+                return Ok(());
+            }
+        }
+        let free = measure();
+        self.measured = Some((now, free));
+        if needed > free {
+            self.granted = 0;
+            return Err(free);
+        }
+        self.granted = needed;
+        Ok(())
+    }
+}
+
+static ROOM: Mutex<Room> = Mutex::new(Room::new());
+
+/// Take room for a new segment of `needed` bytes ([`Room::grant`] on this
+/// process's room, measured by [`available_memory`]): `Err(free)` when it
+/// does not fit.
+pub fn take_room(needed: u64) -> std::result::Result<(), u64> {
+    ROOM.lock().unwrap_or_else(|p| p.into_inner()).grant(needed, Instant::now(), available_memory)
 }
 
 fn meminfo_available() -> Option<u64> {
@@ -110,6 +167,28 @@ mod tests {
     #[test]
     fn free_bytes_of_tmp_is_positive() {
         assert!(free_bytes(Path::new("/tmp")).unwrap() > 0);
+    }
+
+    #[test]
+    fn room_measures_again_when_old_or_more_than_half_is_granted() {
+        let t0 = Instant::now();
+        let mut room = Room::new();
+        let mut measured = 0;
+        let mut grant = |room: &mut Room, needed: u64, at: Duration, free: u64| {
+            room.grant(needed, t0 + at, || {
+                measured += 1;
+                free
+            })
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(grant(&mut room, 10, ms(0), 100), Ok(()));
+        assert_eq!(grant(&mut room, 40, ms(1), 0), Ok(()), "within half of 100: no measurement");
+        assert_eq!(grant(&mut room, 1, ms(2), 60), Ok(()), "51 > 50: measured again, 60 free");
+        assert_eq!(grant(&mut room, 29, ms(3), 0), Ok(()), "30 of 60");
+        assert_eq!(grant(&mut room, 1, ROOM_REFRESH + ms(3), 60), Ok(()), "too old: measured again");
+        assert_eq!(grant(&mut room, 70, ROOM_REFRESH + ms(4), 65), Err(65), "does not fit: the new figure");
+        assert_eq!(grant(&mut room, 65, ROOM_REFRESH + ms(5), 65), Ok(()), "more than half: measured, fits");
+        assert_eq!(measured, 5);
     }
 
     #[test]

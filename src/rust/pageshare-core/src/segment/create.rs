@@ -193,8 +193,7 @@ impl Segment {
             phase,
         )?;
         header.token = os::random_bytes(16)?.try_into().expect("16 bytes");
-        let free = os::available_memory();
-        if header.total_size.saturating_sub(relief) > free {
+        if let Err(free) = os::take_room(header.total_size.saturating_sub(relief)) {
             return Err(Error::NoSpace { needed: header.total_size, free });
         }
         let file = os::memfd(&memfd_name(&header.token))?;
