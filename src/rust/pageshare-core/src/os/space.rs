@@ -65,8 +65,8 @@ pub const ROOM_REFRESH: Duration = Duration::from_millis(100);
 
 /// The memory new segments may take, measured at most once per
 /// [`ROOM_REFRESH`] while they stay small against it: a measurement reads
-/// /proc/meminfo and the cgroups' files (tens of microseconds, a tenth of
-/// sharing a 1 MiB vector), which a steady stream of shares should not pay
+/// /proc/meminfo and the files of every cgroup level, a cost comparable to
+/// making a small segment, which a steady stream of shares should not pay
 /// each time.
 #[derive(Debug, Default)]
 pub struct Room {
