@@ -7,7 +7,8 @@
 #                discrete x, both for a mixture of an atom and a density).
 # Beside each estimate, the sample's own information (own_information()):
 # what the true distributions say these very cases hold, so that sampling
-# noise and the estimator's error are told apart.
+# noise and the estimator's error are told apart; "sd" is the spread of the
+# estimator's error between seeds.
 # Run: R_LIBS=<library with pageshare> Rscript inst/benchmarks/bench-mi-families.R [out.csv [seeds, 5]]
 # About 20 s on one core (most of it the truths).
 
@@ -166,10 +167,11 @@ for (name in names(fam)) {
   rows[[name]] <- data.frame(family = name, null_mean = mean(null), null_max = max(null),
                              truth = f$truth, inf_mean = mean(inf), rel_err = mean(inf) / f$truth - 1,
                              own_mean = mean(own), own_rel_err = mean(own) / f$truth - 1,
-                             rel_err_own = mean(inf - own) / f$truth)
-  cat(sprintf("%-38s null %.4f (max %.4f)  truth %.4f  est %.4f %+6.1f%%  sample's own %+6.1f%%  est - own %+6.1f%%\n",
+                             rel_err_own = mean(inf - own) / f$truth,
+                             rel_err_own_sd = sd(inf - own) / f$truth)
+  cat(sprintf("%-38s null %.4f (max %.4f)  truth %.4f  est %.4f %+6.1f%%  sample's own %+6.1f%%  est - own %+6.1f%% (sd %.1f%%)\n",
               name, mean(null), max(null), f$truth, mean(inf), 100 * (mean(inf) / f$truth - 1),
-              100 * (mean(own) / f$truth - 1), 100 * mean(inf - own) / f$truth))
+              100 * (mean(own) / f$truth - 1), 100 * mean(inf - own) / f$truth, 100 * sd(inf - own) / f$truth))
 }
 res <- do.call(rbind, rows)
 if (nzchar(out_file)) write.csv(res, out_file, row.names = FALSE)

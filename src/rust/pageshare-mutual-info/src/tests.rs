@@ -627,12 +627,12 @@ proptest! {
     }
 
     /// Spreading ties keeps each run's classes (only their order changes),
-    /// leaves untied points alone, and places a class evenly over a run: two
-    /// classes with equally many points in a run alternate.
+    /// leaves untied points alone, is deterministic, and does reorder: a run
+    /// of 2 x 16 points stays sorted by class with probability 1 / 601,080,390.
     #[test]
     fn spreading_ties_reorders_classes_only_within_runs(
         v in prop::collection::vec((-6i32..6, 0u32..4), 1..300),
-        pair in 1usize..20,
+        pair in 1usize..24,
     ) {
         let mut pts: Vec<(f64, u32)> = v.iter().map(|&(a, c)| (a as f64, c)).collect();
         // a run of `pair` points of class 0 and `pair` of class 1 at x = 100
@@ -653,6 +653,6 @@ proptest! {
             i = j;
         }
         let last = &spread[xs.len() - 2 * pair..];
-        prop_assert!(last.windows(2).all(|w| w[0] != w[1]), "{:?}", last);
+        prop_assert!(pair < 16 || last.windows(2).any(|w| w[0] > w[1]), "{:?}", last);
     }
 }
