@@ -148,11 +148,11 @@ pub fn spread_scores(xs: &[f64], cs: &mut [u32]) -> Vec<f64> {
 /// nothing (measured: rounded and count features whose levels are about as
 /// wide as the window came out 3-4% low). Spacing each class evenly over the
 /// run instead of a random order was tried: it removes the chance variation
-/// of the class mix that the densities' correction expects, and came out 3.8%
-/// low on the part of a negative binomial of size 0.5 above its atoms
-/// (`bench-mi-families.R`, 50 seeds: the estimator's own error -2.8% on that
-/// family, within 1.7% on every family with this order). Deterministic: the
-/// seed is fixed, and a run's input order is the total order (x, class).
+/// of the class mix that the densities' correction expects, and came out low
+/// where fine ties hold most of the information (`bench-mi-families.R`, 50
+/// seeds: the estimator's own error -2.8% on a negative binomial of size 0.5;
+/// within 1.7% on every family with this order). Deterministic: the seed is
+/// fixed, and a run's input order is the total order (x, class).
 pub fn spread_ties(xs: &[f64], cs: &mut [u32]) {
     let n = xs.len();
     let mut i = 0;
