@@ -144,7 +144,7 @@ test_that("method = 'pde' is not biased by ties finer than an atom: counts, valu
                          cond = function(x, c) dpois(x, 20 + shift[c] * sqrt(20))),
     `N(0, 1) rounded to 0.2` = list(draw = function() round(rnorm(n, shift[y32]) / 0.2) * 0.2,
                                     cond = function(x, c) pnorm(x + 0.1, shift[c]) - pnorm(x - 0.1, shift[c])),
-    # atoms at 0 and 1, then fine ties over a long tail
+    # an atom at 0, then fine ties over a long tail
     `negative binomial (mean 50, size 0.5)` = list(
       draw = function() rnbinom(n, size = 0.5, mu = 50 + shift[y32] * sqrt(5050)),
       cond = function(x, c) dnbinom(x, size = 0.5, mu = 50 + shift[c] * sqrt(5050))))
