@@ -47,6 +47,10 @@
 #'     crashed, out of memory; the message names its pid and the task). A
 #'     worker of pageshare's own pool is replaced and the next call runs
 #'     normally.}
+#'   \item{`pageshare_task_interrupted`}{A task of pageshare's own pool was
+#'     abandoned because a wait for the pool was interrupted (Ctrl-C): the
+#'     workers were restarted, so its value is lost, though no worker died.
+#'     Submit it again.}
 #'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([shm_value()],
 #'     [shm_map()], [memApply()], [memLapply()]): the condition's `parent` is
 #'     `FUN`'s own condition, with its class and call.}

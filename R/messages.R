@@ -48,6 +48,7 @@ pageshare_messages <- list(
   pool_size = "`%s` must be a whole number of workers from 1 to 4096, not %s",
   not_task = "`task` must be a task returned by shm_call(), not %s",
   task_lost = "task %s was sent to a pool that has since been stopped; its value is lost (submit it again)",
+  task_interrupted = "task %s was abandoned when a wait for the pool was interrupted (Ctrl-C): its worker was restarted and its value is lost; no worker died. Submit it again with shm_call()",
   pool_task_failed = "`FUN` failed in %s: %s",
   pool_out_of_step = "pageshare's pool is out of step: worker %d answered message %s where %s was due (please report this); stop_workers() starts afresh",
   pool_worker_replaced = "worker process %s of pageshare's pool died while it was idle (killed, or ended by the out-of-memory killer); a new worker has taken its place",
@@ -65,7 +66,7 @@ pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
-  worker_died_idle = "worker_replaced", task_lost = "worker_died", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
+  worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", pool_out_of_step = "internal",
   need_progressr = "missing_package",
   foreign_internal = "internal", received_handle = "segment_gone")
