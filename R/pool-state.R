@@ -33,9 +33,13 @@ pool_spin_microseconds <- 150
 pool_connect_seconds <- function(n) 60 + n
 
 pool_worker_count <- function(n, arg) {
-  if (is.null(n)) n <- pageshare_option("pageshare.workers")
+  if (is.null(n)) {
+    n <- pageshare_option("pageshare.workers")
+    arg <- "pageshare.workers"
+  }
   if (is.null(n)) return(default_worker_count())
   if (!is_whole_count(n) || n > 4096) pageshare_stop("pool_size", arg, describe_value(n))
+  check_local_workers(as.integer(n), arg, asis = inherits(n, "AsIs"))
   as.integer(n)
 }
 
