@@ -54,6 +54,9 @@ limit_cores <- function() {
   worker_count_cache[[key]]
 }
 
+# Limits as R code: c(1, 500).
+limits_format <- function(limits) sprintf("c(%s)", paste(format(limits, trim = TRUE), collapse = ", "))
+
 # parallelly's rule for workers on this machine (option
 # parallelly.maxWorkers.localhost, as parallelly >= 1.38 applies it when it
 # starts local workers; the parallelly installed may be older): the option
@@ -74,11 +77,12 @@ check_local_workers <- function(n, arg, asis = FALSE) {
   load <- n / cores
   if (length(limits) >= 2L && load > limits[2L]) {
     pageshare_stop("too_many_workers", arg, n, cores, 100 * load, "hard", 100 * limits[2L], option,
-                   option, as.integer(ceiling(load)))
+                   option, limits_format(c(limits[1L], ceiling(load))))
   }
   if (load > limits[1L]) {
+    hard <- if (length(limits) >= 2L) limits[2L] else ceiling(load)
     pageshare_warn("too_many_workers", arg, n, cores, 100 * load, "soft", 100 * limits[1L], option,
-                   option, as.integer(ceiling(load)))
+                   option, limits_format(c(ceiling(load), max(ceiling(load), hard))))
   }
   invisible(n)
 }
