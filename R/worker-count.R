@@ -54,6 +54,8 @@ limit_cores <- function() {
   worker_count_cache[[key]]
 }
 
+percent <- function(x) sprintf("%.0f%%", 100 * x)
+
 # Limits as R code: c(1, 500).
 limits_format <- function(limits) sprintf("c(%s)", paste(format(limits, trim = TRUE), collapse = ", "))
 
@@ -76,12 +78,12 @@ check_local_workers <- function(n, arg, asis = FALSE) {
   cores <- limit_cores()
   load <- n / cores
   if (length(limits) >= 2L && load > limits[2L]) {
-    pageshare_stop("too_many_workers", arg, n, cores, 100 * load, "hard", 100 * limits[2L], option,
+    pageshare_stop("too_many_workers", arg, n, cores, percent(load), "hard", percent(limits[2L]), option,
                    option, limits_format(c(limits[1L], ceiling(load))))
   }
   if (load > limits[1L]) {
     hard <- if (length(limits) >= 2L) limits[2L] else ceiling(load)
-    pageshare_warn("too_many_workers", arg, n, cores, 100 * load, "soft", 100 * limits[1L], option,
+    pageshare_warn("too_many_workers", arg, n, cores, percent(load), "soft", percent(limits[1L]), option,
                    option, limits_format(c(ceiling(load), max(ceiling(load), hard))))
   }
   invisible(n)
