@@ -43,10 +43,23 @@
 #'     initialized.}
 #'   \item{`pageshare_missing_package`}{A package a front door needs is not
 #'     installed.}
+#'   \item{`pageshare_too_many_workers`}{More workers were asked for than
+#'     parallelly's rule for workers on this machine allows (option
+#'     `parallelly.maxWorkers.localhost`, by default an error above 3 workers
+#'     per core this R session may use, a warning of the same class below
+#'     `pageshare_warning` above 1). Raised before anything is started; the
+#'     message names the argument and the option to change. Every front door
+#'     applies it (`start_workers()`, `registerDoShm()`, `memApply()`,
+#'     `shm_multisession`, option `pageshare.workers`); a count given as `I(n)`
+#'     skips it.}
 #'   \item{`pageshare_worker_died`}{A worker died while it ran a task (killed,
 #'     crashed, out of memory; the message names its pid and the task). A
 #'     worker of pageshare's own pool is replaced and the next call runs
 #'     normally.}
+#'   \item{`pageshare_task_interrupted`}{A task of pageshare's own pool was
+#'     abandoned because a wait for the pool was interrupted (Ctrl-C): the
+#'     workers were restarted, so its value is lost, though no worker died.
+#'     Submit it again.}
 #'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([shm_value()],
 #'     [shm_map()], [memApply()], [memLapply()]): the condition's `parent` is
 #'     `FUN`'s own condition, with its class and call.}

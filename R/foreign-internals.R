@@ -115,7 +115,13 @@ foreign_options <- list(
   list(package = "future", name = "future.resolved.timeout", access = "read",
        why = "not documented: the select() timeout future's resolved() uses, so that polling matches future"),
   list(package = "future", name = "future.cluster.resolved.timeout", access = "read",
-       why = "as future.resolved.timeout (its newer name)")
+       why = "as future.resolved.timeout (its newer name)"),
+  list(package = "parallelly", name = "parallelly.maxWorkers.localhost", access = "read",
+       why = paste("documented (parallelly >= 1.38): the limit on local workers every door applies",
+                   "(check_local_workers()), also where the installed parallelly is older")),
+  list(package = "parallelly", name = "parallelly.maxWorkers.localhost.ignore", access = "read",
+       why = paste("documented with it: availableCores() methods the limit leaves out (the others are",
+                   "the documented default of availableCores(methods = ))"))
 )
 
 # Private memory layouts the page handover relies on, checked by the

@@ -45,9 +45,11 @@ pageshare_messages <- list(
   mi_mpmi = "`useMPMI = TRUE` is not supported: pageshare does not call the mpmi package",
   received_handle = "worker process %d could not open %d shared object(s) sent to it, so the task did not run: %s. The worker is fine and runs the next task; share the object again (a view whose owner has released it cannot be sent)",
   received_handle_denied = "worker process %d could not open %d shared object(s) sent to it, so the task did not run: %s. The worker is fine and runs the next task; a worker must run as the same user as the process that shared the data, and be allowed to read its /proc/<pid>/fd",
+  too_many_workers = "`%s` = %d workers on the %d CPU cores this R session may use would load them to %s, above the %s limit of %s that option %s sets (parallelly's rule for workers on this machine: by default a warning above 100%%, an error above 300%%). Use fewer workers, or allow more, e.g. options(%s = %s), or give the count as I(n)",
   pool_size = "`%s` must be a whole number of workers from 1 to 4096, not %s",
   not_task = "`task` must be a task returned by shm_call(), not %s",
   task_lost = "task %s was sent to a pool that has since been stopped; its value is lost (submit it again)",
+  task_interrupted = "task %s was abandoned when a wait for the pool was interrupted (Ctrl-C): its worker was restarted and its value is lost; no worker died. Submit it again with shm_call()",
   pool_task_failed = "`FUN` failed in %s: %s",
   pool_out_of_step = "pageshare's pool is out of step: worker %d answered message %s where %s was due (please report this); stop_workers() starts afresh",
   pool_worker_replaced = "worker process %s of pageshare's pool died while it was idle (killed, or ended by the out-of-memory killer); a new worker has taken its place",
@@ -65,8 +67,8 @@ pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
-  worker_died_idle = "worker_replaced", task_lost = "worker_died", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
-  pool_worker_replaced = "worker_replaced", pool_out_of_step = "internal",
+  worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
+  pool_worker_replaced = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
   need_progressr = "missing_package",
   foreign_internal = "internal", received_handle = "segment_gone")
 

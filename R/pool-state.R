@@ -33,9 +33,13 @@ pool_spin_microseconds <- 150
 pool_connect_seconds <- function(n) 60 + n
 
 pool_worker_count <- function(n, arg) {
-  if (is.null(n)) n <- pageshare_option("pageshare.workers")
+  if (is.null(n)) {
+    n <- pageshare_option("pageshare.workers")
+    arg <- "pageshare.workers"
+  }
   if (is.null(n)) return(default_worker_count())
   if (!is_whole_count(n) || n > 4096) pageshare_stop("pool_size", arg, describe_value(n))
+  check_local_workers(as.integer(n), arg, asis = inherits(n, "AsIs"))
   as.integer(n)
 }
 
@@ -237,10 +241,22 @@ pool_free_slot <- function(bytes, slots = NULL) {
 # interrupt is raised as Ctrl-C raises it.
 pool_interrupted <- function() {
   n <- length(shm_pool$pids)
+  # (the tasks of this generation are lost to the interrupt, not to a dead
+  # worker: shm_value() says so, see pool_lost_task())
+  shm_pool$interrupted <- c(shm_pool$interrupted, shm_pool$generation)
   pool_stop()
   if (n) tryCatch(pool_start(n), error = function(e) NULL)
   signalCondition(structure(class = c("interrupt", "condition"), list(message = "", call = NULL)))
   invokeRestart("abort")
+}
+
+# The error of a task no message carries any more: its pool was restarted by
+# an interrupt (pool_interrupted()), or stopped.
+pool_lost_task <- function(task) {
+  if (!is.null(task$generation) && task$generation %in% shm_pool$interrupted) {
+    pageshare_stop("task_interrupted", format(task$tag))
+  }
+  pageshare_stop("task_lost", format(task$tag))
 }
 
 pool_task_failed <- function(what, cond) {

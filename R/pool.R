@@ -106,7 +106,7 @@ shm_value <- function(task) {
   while (is.null(task$reply)) {
     # (a task of a pool stopped since, or one that no message carries any more)
     if (!identical(task$generation, shm_pool$generation) || pool_wait_event() == 4L) {
-      pageshare_stop("task_lost", format(task$tag))
+      pool_lost_task(task)
     }
   }
   reply <- task$reply

@@ -255,7 +255,7 @@ test_that("the same seed gives the same numbers with any number of workers", {
   on.exit(stop_workers(), add = TRUE)
   draw <- function(i) c(runif(1), rnorm(1))
   runs <- lapply(c(1, 2, 4), function(n) {
-    start_workers(n)
+    start_workers(I(n))   # (I(): more workers than cores on purpose)
     shm_map(1:40, draw, .seed = 42)
   })
   expect_identical(runs[[1]], runs[[2]])
@@ -413,7 +413,7 @@ test_that("progress arrives while a map runs", {
 })
 
 test_that("stopping the pool ends every worker", {
-  start_workers(3)
+  start_workers(I(3))
   pids <- pool_pids()
   expect_true(stop_workers())
   expect_true(pids_gone(pids))
@@ -437,4 +437,72 @@ test_that("workers end when their master is killed, also in a long task", {
   expect_false(any(pageshare:::wait_processes_gone(pids, 0)))
   master$kill()
   expect_true(pids_gone(pids))
+})
+
+test_that("a task lost to an interrupt is a pageshare_task_interrupted error, not a dead worker", {
+  skip_on_cran()
+  skip_if_not_installed("callr")
+  # (a child session: the interrupt is a real SIGINT, as Ctrl-C sends)
+  got <- callr::r(function() {
+    library(pageshare)
+    start_workers(1)
+    pids <- pageshare:::pool_pids()
+    task <- shm_call(function() Sys.sleep(30))
+    system(sprintf("sh -c 'sleep 1; kill -INT %d' &", Sys.getpid()))
+    first <- tryCatch(shm_value(task), interrupt = function(e) "interrupted")
+    later <- tryCatch(shm_value(task), error = function(e) e)
+    after <- shm_value(shm_call(function() 42))
+    stop_workers()
+    lost <- shm_call(function() 1)
+    stop_workers()
+    stopped <- tryCatch(shm_value(lost), error = function(e) e)
+    list(first = first, class = class(later), message = conditionMessage(later), after = after,
+         stopped = class(stopped))
+  }, libpath = .libPaths())
+  expect_identical(got$first, "interrupted")
+  expect_identical(got$class, c("pageshare_task_interrupted", "pageshare_error", "error", "condition"))
+  expect_match(got$message, "interrupted (Ctrl-C)", fixed = TRUE)
+  expect_match(got$message, "no worker died", fixed = TRUE)
+  expect_identical(got$after, 42)
+  # (a task of a pool stopped by stop_workers() is not said to be interrupted)
+  expect_false("pageshare_task_interrupted" %in% got$stopped)
+})
+
+test_that("a start whose third worker fails stops the workers it started and leaves no process", {
+  skip_on_cran()
+  skip_if_not_installed("callr")
+  dir <- tempfile("failing-start-")
+  dir.create(dir)
+  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  # Every worker's R reads this profile first (R_PROFILE_USER): it notes its
+  # pid; the third (slot 2) fails once the first two have surely connected.
+  profile <- file.path(dir, "profile.R")
+  writeLines(c(
+    sprintf("writeLines(format(Sys.getpid()), file.path(%s, Sys.getenv('PAGESHARE_POOL_SLOT')))", deparse(dir)),
+    "if (Sys.getenv('PAGESHARE_POOL_SLOT') == '2') { Sys.sleep(2); cat('third worker fails\\n', file = stderr()); quit(status = 3) }"),
+    profile)
+  got <- callr::r(function(profile) {
+    library(pageshare)
+    Sys.setenv(R_PROFILE_USER = profile)
+    e <- tryCatch(start_workers(3), error = function(e) e)
+    Sys.unsetenv("R_PROFILE_USER")
+    children <- function() {
+      tasks <- list.files(sprintf("/proc/%d/task", Sys.getpid()), full.names = TRUE)
+      unlist(lapply(file.path(tasks, "children"), function(f) scan(f, quiet = TRUE)))
+    }
+    left <- children()
+    pool <- pageshare:::pool_pids()
+    again <- length(start_workers(2))
+    stop_workers()
+    list(class = class(e), message = conditionMessage(e), left = left, pool = pool, again = again)
+  }, args = list(profile = profile), libpath = .libPaths())
+  expect_identical(got$class, c("pageshare_worker_setup", "pageshare_error", "error", "condition"))
+  expect_match(got$message, "worker 3 of the pool", fixed = TRUE)
+  expect_match(got$message, "third worker fails", fixed = TRUE)
+  pids <- as.integer(unlist(lapply(file.path(dir, c("0", "1", "2")), function(f) if (file.exists(f)) readLines(f))))
+  expect_length(pids, 3L)                      # all three were started
+  expect_length(got$left, 0L)                  # and none is left, not even unreaped
+  expect_true(all(pageshare:::wait_processes_gone(pids, 5)))
+  expect_length(got$pool, 0L)
+  expect_identical(got$again, 2L)
 })

@@ -50,3 +50,79 @@ test_that("the worker count is counted when a pool starts, so loading pageshare 
                        env = c(callr::rcmd_safe_env(), PAGESHARE_WORKERS = "3"))
   expect_identical(from_env, 3)
 })
+
+test_that("every front door follows parallelly's limit on local workers, before starting anything", {
+  skip_if_not_installed("parallelly")
+  stop_workers()
+  old <- options(parallelly.maxWorkers.localhost = NULL, pageshare.workers = NULL)
+  on.exit(options(old), add = TRUE)
+  cores <- pageshare:::limit_cores()
+  children <- function() {
+    kids <- list.files(sprintf("/proc/%d/task", Sys.getpid()), full.names = TRUE)
+    length(unlist(lapply(file.path(kids, "children"), function(f) scan(f, quiet = TRUE))))
+  }
+  before <- children()
+  # start_workers(1000) on a machine of fewer than 334 cores: an error naming
+  # the option, and no process started.
+  if (1000 > 3 * cores) {
+    e <- tryCatch(start_workers(1000), error = function(e) e)
+    expect_s3_class(e, "pageshare_too_many_workers")
+    expect_s3_class(e, "pageshare_error")
+    expect_match(conditionMessage(e), "`n` = 1000 workers", fixed = TRUE)
+    expect_match(conditionMessage(e), "options(parallelly.maxWorkers.localhost = c(1, ", fixed = TRUE)
+  }
+  too_many <- 3L * cores + 1L
+  doors <- list(
+    n = function(v) start_workers(v),
+    cores = function(v) registerDoShm(cores = v),
+    MAX.CORES = function(v) memLapply(1:2, identity, MAX.CORES = v),
+    workers = function(v) shm_multisession(workers = v),
+    workers = function(v) attr(shm_multisession, "factory")(workers = v),
+    pageshare.workers = function(v) { o <- options(pageshare.workers = v); on.exit(options(o)); start_workers() })
+  for (i in seq_along(doors)) {
+    e <- tryCatch(doors[[i]](too_many), error = function(e) e)
+    expect_s3_class(e, "pageshare_too_many_workers")
+    expect_match(conditionMessage(e), sprintf("`%s` = %d workers", names(doors)[i], too_many), fixed = TRUE,
+                 info = names(doors)[i])
+    expect_match(conditionMessage(e), "parallelly.maxWorkers.localhost", fixed = TRUE)
+  }
+  expect_identical(children(), before)
+  expect_length(pageshare:::pool_pids(), 0L)
+  # Above the cores: a warning of the same class (the plan is only made here).
+  w <- tryCatch(shm_multisession(workers = cores + 1L), warning = function(w) w)
+  expect_s3_class(w, "pageshare_too_many_workers")
+  expect_s3_class(w, "pageshare_warning")
+  expect_match(conditionMessage(w), "soft limit of 100%", fixed = TRUE)
+  expect_silent(shm_multisession(workers = cores))
+  # The option as parallelly reads it: one number is a soft limit only, none
+  # switches the rule off; I(n) skips it; a bad value is named.
+  options(parallelly.maxWorkers.localhost = 2)
+  expect_warning(shm_multisession(workers = too_many), class = "pageshare_too_many_workers")
+  options(parallelly.maxWorkers.localhost = c(1, 4))
+  expect_warning(shm_multisession(workers = too_many), class = "pageshare_too_many_workers")
+  expect_error(shm_multisession(workers = 4L * cores + 1L), class = "pageshare_too_many_workers")
+  options(parallelly.maxWorkers.localhost = numeric(0))
+  expect_silent(shm_multisession(workers = too_many))
+  options(parallelly.maxWorkers.localhost = NULL)
+  expect_silent(shm_multisession(workers = I(too_many)))
+  options(parallelly.maxWorkers.localhost = "lots")
+  e <- tryCatch(shm_multisession(workers = 1L), error = function(e) e)
+  expect_s3_class(e, "pageshare_bad_argument")
+  expect_match(conditionMessage(e), "parallelly.maxWorkers.localhost", fixed = TRUE)
+})
+
+test_that("the cores are counted once per session, not per worker count", {
+  skip_if_not_installed("parallelly")
+  calls <- 0L
+  counted <- function() calls <<- calls + 1L
+  pageshare:::default_cores()
+  pageshare:::limit_cores()
+  trace("availableCores", where = asNamespace("parallelly"), tracer = counted, print = FALSE)
+  on.exit(untrace("availableCores", where = asNamespace("parallelly")), add = TRUE)
+  for (i in 1:20) {
+    pageshare:::check_worker_count(1L, "cores")
+    pageshare:::pool_worker_count(1L, "n")
+    pageshare:::default_worker_count()
+  }
+  expect_identical(calls, 0L)
+})

@@ -164,3 +164,72 @@ test_that("busy workers exit when their master is killed but not reaped (a zombi
   skip_unless_watchdog_testable()
   check_workers_exit(tools::SIGKILL, how = "zombie")
 })
+
+# The master's code for the next test (runs in the child session): a pool of
+# two workers, one busy with a long task, both mapping a shared object, and a
+# forked child of the master (mcparallel()) alive, which holds the master's
+# ends of the workers' sockets. Writes its pid, the workers' and the child's.
+forking_master <- function(dir, libs) {
+  .libPaths(libs)
+  suppressPackageStartupMessages(library(pageshare))
+  x <- share(as.double(seq_len(2^20)))
+  start_workers(2L)
+  pids <- pageshare:::pool_pids()
+  stopifnot(all(unlist(shm_map(1:2, function(i, x) sum(x) > 0, x = x))))
+  busy <- shm_call(function(x) { s <- sum(x); Sys.sleep(60); s }, x)
+  child <- parallel::mcparallel(Sys.sleep(60))
+  Sys.sleep(0.5)   # (the long task has begun)
+  writeLines(format(c(Sys.getpid(), pids, child$pid)), file.path(dir, "pids.tmp"))
+  file.rename(file.path(dir, "pids.tmp"), file.path(dir, "pids"))
+  Sys.sleep(60)
+}
+environment(forking_master) <- globalenv()
+
+test_that("pool workers end within a second of their master's kill -9 while a fork of it lives", {
+  skip_unless_watchdog_testable()
+  dir <- tempfile("watchdog-fork-")
+  dir.create(dir)
+  procs <- list()
+  master <- NULL
+  on.exit({
+    for (pid in names(procs)) {
+      if (!is_gone(as.integer(pid), procs[[pid]])) tools::pskill(as.integer(pid), tools::SIGKILL)
+    }
+    if (!is.null(master)) {
+      if (master$is_alive()) master$kill()
+      master$wait(5000)
+    }
+    unlink(dir, recursive = TRUE)
+  }, add = TRUE)
+  master <- callr::r_bg(forking_master, args = list(dir = dir, libs = .libPaths()),
+                        libpath = .libPaths(), stdout = file.path(dir, "out"), stderr = "2>&1")
+  ready <- wait_for(function() file.exists(file.path(dir, "pids")), 60)
+  expect_true(ready, info = paste(c("", tryCatch(readLines(file.path(dir, "out")), error = function(e) "")),
+                                  collapse = "\n"))
+  if (!ready) return(invisible())
+  pids <- as.integer(readLines(file.path(dir, "pids")))
+  for (pid in pids) procs[[as.character(pid)]] <- start_time_of(pid)
+  master_pid <- pids[1L]
+  workers <- pids[2:3]
+  child <- pids[4L]
+  expect_false(any(vapply(pids, function(p) is_gone(p, procs[[as.character(p)]]), logical(1))))
+
+  tools::pskill(master_pid, tools::SIGKILL)
+  killed <- Sys.time()
+  seen_gone <- rep(NA_real_, length(workers))
+  deadline <- killed + 10
+  while (anyNA(seen_gone) && Sys.time() < deadline) {
+    for (i in which(is.na(seen_gone))) {
+      if (is_gone(workers[i], procs[[as.character(workers[i])]])) {
+        seen_gone[i] <- as.numeric(difftime(Sys.time(), killed, units = "secs"))
+      }
+    }
+    Sys.sleep(0.01)
+  }
+  expect_false(is_gone(child, procs[[as.character(child)]]))  # the fork still held the sockets
+  expect_false(anyNA(seen_gone), info = sprintf("workers %s still run 10 s after their master was killed",
+                                               paste(workers[is.na(seen_gone)], collapse = ", ")))
+  # (each worker sees its master's end at once; the margin is for a loaded
+  # machine: inst/benchmarks/worker-exit-with-fork.R measures the delay)
+  expect_lt(max(seen_gone, 0, na.rm = TRUE), 3)
+})

@@ -1,5 +1,6 @@
 //! The master's side of the pool: start worker processes, let in only the ones
-//! it started (same user, the right process for the slot, the pool's secret),
+//! it started (same user, the right process for the slot, the pool's secret;
+//! every connection heard side by side with a deadline of its own),
 //! watch each one's socket from a thread of its own (the kernel closes it on
 //! any exit, `kill -9` included: the worker's rings are closed and the master
 //! woken at once), replace a worker that died, and stop them all.
@@ -11,6 +12,7 @@ use crate::wait::{wait_until, Patience, StopReason, Waited};
 use crate::worker::{ENV_ADDRESS, ENV_SECRET, ENV_SLOT};
 use pageshare_core::os;
 use std::io::Read;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -70,6 +72,44 @@ const STDERR_KEEP: usize = 4096;
 
 /// The end of what a worker wrote to its standard error (kept for messages).
 type StderrTail = Arc<Mutex<Vec<u8>>>;
+
+/// How long a connection may take to send its hello once made. A worker sends
+/// it right after connecting; connections are heard side by side, so this only
+/// bounds how long a silent one is kept.
+const HELLO_DEADLINE: Duration = Duration::from_secs(1);
+
+/// At most this many connections per worker being started wait for their
+/// hello at a time (only processes this pool started get that far).
+const MAX_KNOCKS_PER_WORKER: usize = 4;
+
+/// A connection from a process this pool started, whose hello is awaited.
+struct Knock {
+    stream: UnixStream,
+    pid: u32,
+    hello: [u8; HELLO_LEN],
+    got: usize,
+    deadline: Instant,
+}
+
+/// What [`Pool::hear`] made of a knock.
+enum Heard {
+    Waiting,
+    Refused,
+    /// Admitted: the index of its process in the workers being started.
+    Admitted(usize),
+}
+
+/// A new connection, kept to be heard if the kernel says it was made by one of
+/// the `children` being started (of this user), else closed at once: no other
+/// process, of this user or another, can be a worker of this pool.
+fn knock(stream: UnixStream, children: &[Starting]) -> Option<Knock> {
+    let (pid, uid) = os::peer_credentials(&stream).ok()?;
+    if uid != os::euid() || !children.iter().any(|s| s.child.id() == pid) {
+        return None;
+    }
+    stream.set_nonblocking(true).ok()?;
+    Some(Knock { stream, pid, hello: [0u8; HELLO_LEN], got: 0, deadline: Instant::now() + HELLO_DEADLINE })
+}
 
 /// A worker process started but not yet connected.
 struct Starting {
@@ -171,10 +211,36 @@ impl Pool {
             }
         }
         let deadline = Instant::now() + self.launch.connect_timeout;
+        // Connections are heard side by side, each with its own short
+        // deadline, so that no connection (a stuck or hostile client, or many)
+        // holds up the workers' own.
+        let mut knocks: Vec<Knock> = Vec::new();
         while !children.is_empty() {
-            match self.listener.accept() {
-                Ok((stream, _)) => {
-                    if let Some(i) = self.admit(&stream, &children) {
+            loop {
+                match self.listener.accept() {
+                    Ok((stream, _)) => {
+                        if knocks.len() < MAX_KNOCKS_PER_WORKER * children.len() {
+                            knocks.extend(knock(stream, &children));
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        let slot = children[0].slot;
+                        abandon(children);
+                        return Err(PoolError::Start { slot, why: e.to_string(), stderr: String::new() });
+                    }
+                }
+            }
+            let mut k = 0;
+            while k < knocks.len() {
+                match self.hear(&mut knocks[k], &children) {
+                    Heard::Waiting if Instant::now() < knocks[k].deadline => k += 1,
+                    Heard::Waiting | Heard::Refused => {
+                        knocks.swap_remove(k);
+                    }
+                    Heard::Admitted(i) => {
+                        let stream = knocks.swap_remove(k).stream;
                         let s = children.swap_remove(i);
                         let slot = s.slot;
                         if !self.install(slot, s.child, stream, s.stderr) {
@@ -186,15 +252,10 @@ impl Pool {
                             });
                         }
                     }
-                    continue;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let slot = children[0].slot;
-                    abandon(children);
-                    return Err(PoolError::Start { slot, why: e.to_string(), stderr: String::new() });
-                }
+            }
+            if children.is_empty() {
+                break;
             }
             if let Some(i) = children.iter_mut().position(|s| matches!(s.child.try_wait(), Ok(Some(_)))) {
                 let Starting { slot, mut child, stderr: tail } = children.swap_remove(i);
@@ -217,27 +278,42 @@ impl Pool {
                     stderr: tail_text(&tail),
                 });
             }
-            os::wait_for_connection(&self.listener, Duration::from_millis(5));
+            let mut fds: Vec<RawFd> =
+                std::iter::once(self.listener.as_raw_fd()).chain(knocks.iter().map(|k| k.stream.as_raw_fd())).collect();
+            os::poll_in(&mut fds, 5);
         }
         Ok(())
     }
 
-    /// The index in `children` of the worker on `stream`, if it proves to be
-    /// one of them.
-    fn admit(&self, stream: &UnixStream, children: &[Starting]) -> Option<usize> {
-        stream.set_nonblocking(false).ok()?;
-        stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let (pid, uid) = os::peer_credentials(stream).ok()?;
-        if uid != os::euid() {
-            return None;
+    /// Reads what `knock` has sent so far: once its hello is whole, it is
+    /// admitted if the hello carries this pool's secret and the slot of the
+    /// process that made the connection (its index in `children`), else refused.
+    fn hear(&self, knock: &mut Knock, children: &[Starting]) -> Heard {
+        loop {
+            match (&knock.stream).read(&mut knock.hello[knock.got..]) {
+                Ok(0) => return Heard::Refused,
+                Ok(n) => {
+                    knock.got += n;
+                    if knock.got == HELLO_LEN {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Heard::Waiting,
+                Err(_) => return Heard::Refused,
+            }
         }
-        let mut hello = [0u8; HELLO_LEN];
-        (&*stream).read_exact(&mut hello).ok()?;
-        let slot = check_hello(&hello, &self.secret)?;
-        let i = children.iter().position(|s| s.slot == slot && s.child.id() == pid)?;
-        os::send_with_descriptor(stream, b"ok", self.region.file()).ok()?;
-        stream.set_read_timeout(None).ok()?;
-        Some(i)
+        let Some(slot) = check_hello(&knock.hello, &self.secret) else { return Heard::Refused };
+        let Some(i) = children.iter().position(|s| s.slot == slot && s.child.id() == knock.pid) else {
+            return Heard::Refused;
+        };
+        // (blocking from here on: the monitor thread reads it so)
+        if knock.stream.set_nonblocking(false).is_err()
+            || os::send_with_descriptor(&knock.stream, b"ok", self.region.file()).is_err()
+        {
+            return Heard::Refused;
+        }
+        Heard::Admitted(i)
     }
 
     /// Takes the admitted worker into `slot` with a thread that watches its

@@ -5,6 +5,8 @@
 use crate::handshake::{check_hello, hello};
 use crate::pool::{Launch, Pool, PoolError, Received};
 use crate::wait::{Patience, StopReason};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SLEEP: u64 = u64::MAX - 1;
@@ -81,13 +83,33 @@ fn worker_main() {
 
 /// A master that starts two workers, one of them in a long task, writes their
 /// pids to the file named by PAGESHARE_POOL_TEST_PIDS, and waits to be killed.
+/// With PAGESHARE_POOL_TEST_FORK set it first forks a child that holds the
+/// master's ends of the workers' sockets (as `mcparallel()` does) and idles;
+/// its pid comes third in the file.
 #[test]
 #[ignore]
 fn master_main() {
     let Ok(file) = std::env::var("PAGESHARE_POOL_TEST_PIDS") else { return };
     let pool = Pool::start(2, 4096, worker_launch()).expect("start");
     pool.send(0, SLEEP, b"", Patience::default(), &mut never()).unwrap();
-    std::fs::write(file.clone() + ".tmp", format!("{} {}", pool.pid(0), pool.pid(1))).unwrap();
+    let mut pids = format!("{} {}", pool.pid(0), pool.pid(1));
+    if std::env::var("PAGESHARE_POOL_TEST_FORK").is_ok() {
+        // SAFETY: the child calls only async-signal-safe functions (alarm,
+        // pause, _exit) before it ends, as a fork of a threaded process must.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above; the alarm ends it should nobody kill it.
+            unsafe {
+                libc::alarm(120);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        assert!(child > 0, "fork failed");
+        pids += &format!(" {child}");
+    }
+    std::fs::write(file.clone() + ".tmp", pids).unwrap();
     std::fs::rename(file.clone() + ".tmp", &file).unwrap();
     std::thread::sleep(Duration::from_secs(120));
 }
@@ -185,25 +207,109 @@ fn only_the_pools_secret_opens_the_door() {
     assert_eq!(check_hello(&bad_magic, &secret), None);
 }
 
-#[test]
-fn workers_die_with_their_master_even_in_a_long_task() {
-    let dir = std::env::temp_dir().join(format!("pageshare-pool-test-{}", std::process::id()));
+/// Starts `master_main` (forking a child that holds its sockets when `fork`),
+/// kills it, and returns how long its workers outlived it (None: past 20 s).
+fn workers_outlive_a_killed_master(fork: bool) -> Option<Duration> {
+    let dir = std::env::temp_dir().join(format!("pageshare-pool-test-{}-{fork}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("pids");
     let launch = self_as("tests_process::master_main");
-    let mut master = std::process::Command::new(&launch.program)
-        .args(&launch.args)
-        .env("PAGESHARE_POOL_TEST_PIDS", &file)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut cmd = std::process::Command::new(&launch.program);
+    cmd.args(&launch.args).env("PAGESHARE_POOL_TEST_PIDS", &file).stdout(std::process::Stdio::null());
+    if fork {
+        cmd.env("PAGESHARE_POOL_TEST_FORK", "1");
+    }
+    let mut master = cmd.spawn().unwrap();
     assert!(eventually(|| file.exists()), "the master started its workers");
     let pids: Vec<u32> = std::fs::read_to_string(&file).unwrap().split(' ').map(|p| p.parse().unwrap()).collect();
+    let (workers, forked) = pids.split_at(2);
     assert!(pids.iter().all(|&p| !gone(p)));
     master.kill().unwrap();
+    let killed = Instant::now();
     master.wait().unwrap();
-    assert!(eventually(|| pids.iter().all(|&p| gone(p))), "workers {pids:?} outlived their master");
+    let all_gone = eventually(|| workers.iter().all(|&p| gone(p)));
+    let took = killed.elapsed();
+    for &p in workers.iter().chain(forked) {
+        if !gone(p) {
+            pageshare_core::os::kill_process(p); // (ours: started by this test)
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
+    all_gone.then_some(took)
+}
+
+#[test]
+fn workers_die_with_their_master_even_in_a_long_task() {
+    assert!(workers_outlive_a_killed_master(false).is_some(), "workers outlived their master");
+}
+
+#[test]
+fn workers_die_with_their_master_while_a_fork_of_it_holds_their_sockets() {
+    // (the fork keeps the master's ends open: only the master process's own
+    // end tells the workers)
+    let took = workers_outlive_a_killed_master(true).expect("workers outlived their master");
+    assert!(took < Duration::from_secs(5), "workers outlived their master by {took:?}");
+}
+
+/// Connections to the pool's address while it starts, from a process that is
+/// none of its workers: `n` of them, silent, half a hello, or a wrong one,
+/// all kept open. Returns how many were made before `started` was set.
+fn knock_while_starting(n: usize, started: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let prefix = format!("@pageshare-pool-{}-", std::process::id());
+        let until = Instant::now() + Duration::from_secs(20);
+        let address = loop {
+            let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+            if let Some(name) = table.split_whitespace().find(|w| w.starts_with(&prefix)) {
+                break Some(name[1..].to_string());
+            }
+            if Instant::now() > until || started.load(Ordering::SeqCst) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let Some(address) = address else { return 0 };
+        let mut held = Vec::new();
+        for i in 0..n {
+            let Ok(s) = pageshare_core::os::connect_abstract(&address) else { break };
+            let _ = match i % 3 {
+                0 => Ok(()),
+                1 => pageshare_core::os::send_all(&s, &hello(0, &[0u8; 32])[..20]),
+                _ => pageshare_core::os::send_all(&s, &hello(0, &[1u8; 32])),
+            };
+            if !started.load(Ordering::SeqCst) {
+                held.push(s);
+            }
+        }
+        let made = held.len();
+        while !started.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        made
+    })
+}
+
+#[test]
+fn silent_and_hostile_connections_do_not_hold_up_a_start() {
+    // Workers that take a moment to connect, so that the connections come first.
+    let mut launch = worker_launch();
+    let exe = launch.program.to_string_lossy().into_owned();
+    let args: Vec<String> = launch.args.iter().map(|a| format!("'{a}'")).collect();
+    launch.args = vec!["-c".into(), format!("sleep 0.5; exec '{exe}' {}", args.join(" "))];
+    launch.program = "/bin/sh".into();
+    let started = Arc::new(AtomicBool::new(false));
+    let knocker = knock_while_starting(30, Arc::clone(&started));
+    let t = Instant::now();
+    let pool = Pool::start(2, 4096, launch);
+    let took = t.elapsed();
+    started.store(true, Ordering::SeqCst);
+    let made = knocker.join().unwrap();
+    let mut pool = pool.expect("the pool starts despite the connections");
+    assert_eq!(made, 30, "the connections were made while the pool started");
+    // (0.5 s of the workers' own delay; each connection held up the start by
+    // seconds when they were heard one at a time)
+    assert!(took < Duration::from_secs(5), "the start took {took:?}");
+    assert_eq!(round_trip(&mut pool, 1, 9, b"fine"), Received::Message { slot: 1, tag: 9 });
 }
 
 /// Round trips of an empty message to one worker (run by hand:

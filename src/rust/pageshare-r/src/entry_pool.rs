@@ -309,13 +309,13 @@ pub extern "C" fn ps_pool_worker_connect_rs() -> SEXP {
             crate::watchdog::remember_session_tmpdir();
             let c = connect_from_env(crate::watchdog::master_gone)
                 .map_err(|e| RError::new(ErrorKind::WorkerSetup, format!("cannot join pageshare's pool: {e}")))?;
-            let _ = WORKER.set(c);
-            // (the master started this worker, which now ends with it: whether a
-            // segment its master holds is still held is then one look in /proc)
-            let master = pageshare_core::os::parent_pid();
-            if let Some(start) = pageshare_core::os::start_time(master) {
+            // (this worker now ends with its master: whether a segment its
+            // master holds is still held is then one look in /proc)
+            let (master, start) = c.master;
+            if start != 0 {
                 pageshare_core::os::note_ends_with(master, start);
             }
+            let _ = WORKER.set(c);
         }
         scalar_integer(WORKER.get().expect("set above").slot as i32 + 1)
     })

@@ -2,8 +2,10 @@
 //! gone only when it next reads from the master's socket, that is after its
 //! current task: a worker killed out from under (kill -9, SIGTERM, a crash)
 //! would otherwise compute on for as long as the task lasts, holding its
-//! shared-memory mappings. `ps_watch_master()` starts a thread that checks the
-//! master every [`PERIOD`] and ends the process as soon as it is gone.
+//! shared-memory mappings. `ps_watch_master()` starts a thread that watches the
+//! master process itself (a pidfd, or its pid and start time looked up every
+//! [`PERIOD`]; never its socket, which a process the master forked may hold
+//! open after the master is gone) and ends the process as soon as it is gone.
 //!
 //! The thread never touches R (R is single-threaded): it reads /proc, removes
 //! the segments this process owns, as a normal exit would, and calls `_exit()`,
@@ -20,7 +22,8 @@ use pageshare_core::os;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// How often the master is checked: a gone master is noticed within this.
+/// How often the target is asked again (and, without pidfds, how often the
+/// master is looked up: a gone master is then noticed within this).
 pub const PERIOD: Duration = Duration::from_millis(100);
 
 /// Exit status of a worker that ends because its master is gone (nobody waits
@@ -45,17 +48,33 @@ fn watch_state() -> MutexGuard<'static, Watch> {
     WATCH.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Returns once the process that `target()` names is no longer running,
-/// checking every `period` (`target()` is asked each time: it may change;
-/// `None` watches nothing).
+/// Returns once the process that `target()` names is no longer running
+/// (`target()` is asked every `period`: it may change; `None` watches
+/// nothing). The process is watched through a pidfd where the kernel has
+/// them, so its end is seen at once, else looked up in /proc every `period`.
 pub fn wait_until_gone(target: impl Fn() -> Option<(u32, u64)>, period: Duration) {
+    let mut watched: Option<((u32, u64), Option<os::ProcessWatch>)> = None;
     loop {
-        if let Some((pid, start)) = target() {
-            if !os::is_alive(pid, start) {
-                return;
-            }
+        let now = target();
+        if now.is_none() {
+            watched = None;
+            std::thread::sleep(period);
+            continue;
         }
-        std::thread::sleep(period);
+        if watched.as_ref().map(|(t, _)| *t) != now {
+            let (pid, start) = now.expect("checked above");
+            watched = Some(((pid, start), os::ProcessWatch::open(pid, start)));
+        }
+        let gone = match &watched {
+            // (no watch: the process was not running when it was opened)
+            Some((_, None)) => true,
+            Some((_, Some(w))) => w.wait(period),
+            None => false,
+        };
+        // (the target may have changed while the old one ended)
+        if gone && target() == now {
+            return;
+        }
     }
 }
 

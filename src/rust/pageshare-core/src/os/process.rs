@@ -1,5 +1,6 @@
-//! Process identity (pid, start time, state, user), whether other processes
-//! can open this one's descriptors, and randomness.
+//! Process identity (pid, start time, state, user), watching another process
+//! end, whether other processes can open this one's descriptors, and
+//! randomness.
 
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -70,6 +71,132 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
         Some((state, s)) => s == start && state != 'Z' && state != 'X',
         None => false,
     }
+}
+
+/// A watch on another process's end. Where the kernel has pidfds (Linux >=
+/// 5.3) it holds one: the descriptor becomes readable the moment the process
+/// exits (a zombie has exited) and can never come to name a later process that
+/// reuses the pid. Elsewhere it looks the process up by pid and start time.
+pub struct ProcessWatch {
+    pid: u32,
+    start: u64,
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+/// How often a watch without a pidfd looks the process up.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl ProcessWatch {
+    /// Watches the process (`pid`, `start`); None when no such process runs
+    /// now (ended, a zombie, or its pid is another process's by now).
+    pub fn open(pid: u32, start: u64) -> Option<ProcessWatch> {
+        Self::open_with(pid, start, true)
+    }
+
+    /// As [`ProcessWatch::open`], without a pidfd (what a kernel without
+    /// `pidfd_open` gets): for tests of that path.
+    pub fn open_polling(pid: u32, start: u64) -> Option<ProcessWatch> {
+        Self::open_with(pid, start, false)
+    }
+
+    fn open_with(pid: u32, start: u64, pidfd: bool) -> Option<ProcessWatch> {
+        if pid == 0 || pid > i32::MAX as u32 {
+            return None;
+        }
+        let pidfd = if pidfd { pidfd_open(pid) } else { None };
+        let watch = ProcessWatch { pid, start, pidfd };
+        // (checked after the pidfd is open: were the pid reused before, the
+        // start time differs; reused after, the pidfd still names the old one)
+        if !is_alive(pid, start) || watch.ended() {
+            return None;
+        }
+        Some(watch)
+    }
+
+    /// The watched process's id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Does this watch hold a pidfd (or look the process up by its pid)?
+    pub fn has_pidfd(&self) -> bool {
+        self.pidfd.is_some()
+    }
+
+    /// The pidfd, for a caller that polls it with descriptors of its own
+    /// (readable once the process has ended); None without one.
+    pub fn pidfd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.pidfd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Has the process ended? A zombie has.
+    pub fn ended(&self) -> bool {
+        match self.pidfd() {
+            Some(fd) => poll_in(&mut [fd], 0).first().copied().unwrap_or(false),
+            None => !is_alive(self.pid, self.start),
+        }
+    }
+
+    /// Waits until the process has ended, at most `timeout`; whether it has.
+    pub fn wait(&self, timeout: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if self.ended() {
+                return true;
+            }
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match self.pidfd() {
+                Some(fd) => {
+                    poll_in(&mut [fd], left.as_millis().clamp(1, i32::MAX as u128) as i32);
+                }
+                None => std::thread::sleep(left.min(WATCH_POLL)),
+            }
+        }
+    }
+
+    /// How long a caller polling [`ProcessWatch::pidfd`] with its own
+    /// descriptors may wait before it must ask [`ProcessWatch::ended`] again:
+    /// forever (-1) with a pidfd, else the lookup period (milliseconds).
+    pub fn poll_timeout_ms(&self) -> i32 {
+        if self.pidfd.is_some() {
+            -1
+        } else {
+            WATCH_POLL.as_millis() as i32
+        }
+    }
+}
+
+/// A pidfd of process `pid`, or None (no such process; a kernel older than
+/// 5.3 or a seccomp filter refuses the call).
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or
+    // -1; no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+    if fd < 0 || fd > i32::MAX as libc::c_long {
+        return None;
+    }
+    // (pidfd_open makes its descriptors close-on-exec)
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// poll(2) for input on `fds` for at most `timeout_ms` (-1: no limit): for
+/// each, whether it is readable or hung up (an error of poll itself, EINTR
+/// included, reports none).
+pub fn poll_in(fds: &mut [std::os::fd::RawFd], timeout_ms: i32) -> Vec<bool> {
+    let mut p: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    // SAFETY: `p` is a live array of `p.len()` pollfds for the duration of the call.
+    let rc = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    if rc <= 0 {
+        return vec![false; p.len()];
+    }
+    p.iter().map(|q| q.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0).collect()
 }
 
 /// (state, start time) from /proc/PID/stat.
@@ -160,6 +287,45 @@ mod tests {
         assert!(is_alive(me, st));
         assert!(!is_alive(me, st + 1));
         assert!(!is_alive(0, 0));
+    }
+
+    fn ends_soon_after_a_kill(polling: bool) {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let id = child.id();
+        let start = start_time(id).unwrap();
+        let watch = if polling { ProcessWatch::open_polling(id, start) } else { ProcessWatch::open(id, start) }
+            .expect("a running child is watched");
+        assert_eq!(watch.has_pidfd(), !polling);
+        assert!(!watch.ended());
+        assert!(!watch.wait(std::time::Duration::from_millis(50)));
+        child.kill().unwrap(); // a zombie until reaped below: it has ended
+        let t = std::time::Instant::now();
+        assert!(watch.wait(std::time::Duration::from_secs(10)));
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        assert!(watch.ended());
+        child.wait().unwrap();
+        assert!(watch.ended());
+        assert!(ProcessWatch::open(id, start).is_none());
+    }
+
+    #[test]
+    fn a_watch_sees_a_killed_process_end_zombie_or_reaped() {
+        ends_soon_after_a_kill(false);
+    }
+
+    #[test]
+    fn a_watch_without_a_pidfd_sees_it_too() {
+        ends_soon_after_a_kill(true);
+    }
+
+    #[test]
+    fn no_watch_on_a_wrong_start_time_or_no_pid() {
+        let me = pid();
+        let st = start_time(me).unwrap();
+        assert!(ProcessWatch::open(me, st).is_some());
+        assert!(ProcessWatch::open(me, st + 1).is_none());
+        assert!(ProcessWatch::open_polling(me, st + 1).is_none());
+        assert!(ProcessWatch::open(0, 0).is_none());
     }
 
     #[test]
