@@ -173,8 +173,11 @@ map_seed <- function(seed) {
   get(".Random.seed", envir = genv)
 }
 
+# A progressr progressor of `n` steps whose bar closes when the caller
+# (shm_map()) returns. It is tied to the caller's frame through `envir`:
+# evaluated there with eval.parent() instead, it would be tied to eval()'s own
+# frame, and close before the first update.
 map_progressor <- function(n) {
   if (!requireNamespace("progressr", quietly = TRUE)) pageshare_stop("need_progressr")
-  # (created in the caller's frame, as progressr wants)
-  eval.parent(quote(progressr::progressor(steps = n)), n = 1)
+  progressr::progressor(steps = n, envir = parent.frame())
 }
