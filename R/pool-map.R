@@ -80,6 +80,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
                      door = "shm_map()") {
   n <- length(X)
   state <- share_state(door)
+  force_sent_promises(state, FUN, dots)
   X <- share_walk(X, state)
   dots <- share_walk(dots, state)
   share_walk(FUN, state)
