@@ -4,7 +4,9 @@
 #' pageshare's pool (see [shm_pool]): the result is a list in the order of
 #' `X`, with its names. `X`, the arguments in `...` and data in the frame of
 #' `FUN` are sent to each worker once per call (large vectors as shared
-#' views, read in place); the workers then take the elements in chunks whose
+#' views, read in place); arguments of the function that made `FUN` that
+#' `FUN` reads are evaluated first, as future does with the globals it sends.
+#' The workers then take the elements in chunks whose
 #' size adapts as the call runs (cheap elements are batched, expensive ones
 #' spread one by one over the workers), so that all workers finish together.
 #'
