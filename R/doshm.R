@@ -220,8 +220,10 @@ doshm_backend <- function(obj, expr, envir, data) {
       assign(sym, val, envir = exportenv)
     }
   }
+  exported <- setdiff(ls(exportenv, all.names = TRUE), "...")
+  force_sent_promises(state, NULL, mget(exported, envir = exportenv))
   if (local) {
-    for (sym in setdiff(ls(exportenv, all.names = TRUE), "...")) {
+    for (sym in exported) {
       val <- get(sym, envir = exportenv, inherits = FALSE)
       # (exported functions' frames are walked too; exportenv is walked here)
       if (is.function(val) && identical(environment(val), exportenv)) next

@@ -184,6 +184,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   }
   k <- min(length(cl), n, if (is.null(MAX.CORES)) Inf else MAX.CORES)
   state <- share_state(sprintf("%s()", caller))
+  force_sent_promises(state, FUN, VARS)
   if (local) {
     X <- share_walk(X, state)
     if (length(VARS)) VARS <- lapply(VARS, share_walk, state = state)

@@ -33,10 +33,12 @@ mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
 
 # A progressr progressor of `steps` blocks when progressr is installed (it
 # reports only inside progressr::with_progress() or with global handlers),
-# else a function that does nothing. Made in the caller's frame, which ends it.
+# else a function that does nothing. Tied to the caller's frame (`envir`), so
+# that its bar closes when the caller returns, after the last block (see
+# map_progressor()).
 mi_progressor <- function(steps) {
   if (!requireNamespace("progressr", quietly = TRUE)) return(function(...) invisible())
-  eval.parent(substitute(progressr::progressor(steps = steps), list(steps = steps)), n = 1)
+  progressr::progressor(steps = steps, envir = parent.frame())
 }
 
 # On pageshare's pool: a map over the blocks (X shared by the rule of every

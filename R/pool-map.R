@@ -4,7 +4,9 @@
 #' pageshare's pool (see [shm_pool]): the result is a list in the order of
 #' `X`, with its names. `X`, the arguments in `...` and data in the frame of
 #' `FUN` are sent to each worker once per call (large vectors as shared
-#' views, read in place); the workers then take the elements in chunks whose
+#' views, read in place); arguments of the function that made `FUN` that
+#' `FUN` reads are evaluated first, as future does with the globals it sends.
+#' The workers then take the elements in chunks whose
 #' size adapts as the call runs (cheap elements are batched, expensive ones
 #' spread one by one over the workers), so that all workers finish together.
 #'
@@ -80,6 +82,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
                      door = "shm_map()") {
   n <- length(X)
   state <- share_state(door)
+  force_sent_promises(state, FUN, dots)
   X <- share_walk(X, state)
   dots <- share_walk(dots, state)
   share_walk(FUN, state)
@@ -173,8 +176,11 @@ map_seed <- function(seed) {
   get(".Random.seed", envir = genv)
 }
 
+# A progressr progressor of `n` steps whose bar closes when the caller
+# (shm_map()) returns. It is tied to the caller's frame through `envir`:
+# evaluated there with eval.parent() instead, it would be tied to eval()'s own
+# frame, and close before the first update.
 map_progressor <- function(n) {
   if (!requireNamespace("progressr", quietly = TRUE)) pageshare_stop("need_progressr")
-  # (created in the caller's frame, as progressr wants)
-  eval.parent(quote(progressr::progressor(steps = n)), n = 1)
+  progressr::progressor(steps = n, envir = parent.frame())
 }

@@ -61,6 +61,12 @@ start_workers <- function(n = NULL) {
 #' @export
 shm_call <- function(FUN, ...) {
   args <- list(...)
+  # (a closure among the arguments has the promises it reads forced on the
+  # plain path too: see force_sent_promises())
+  for (a in args) if (typeof(a) == "closure") {
+    force_sent_promises(new.env(parent = emptyenv()), NULL, args)
+    break
+  }
   # (a plain call to a running pool is made and sent in one step, in C)
   task <- .Call(ps_pool_call_plain, FUN, args, shm_pool$pids, shm_pool$generation)
   if (is.environment(task)) return(task)
@@ -72,6 +78,7 @@ shm_call <- function(FUN, ...) {
   handles <- FALSE
   if (!plain_call(FUN, args, threshold)) {
     state <- share_state("shm_call()")
+    force_sent_promises(state, FUN, args)
     args <- share_walk(args, state)
     share_walk(FUN, state)
     on.exit(restore_shared(state), add = TRUE)

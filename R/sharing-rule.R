@@ -15,8 +15,11 @@
 #   bound there, plainly or as forced promises, are swapped for views *in
 #   place* while the task is sent and put back right after (restore_shared());
 #   a view has the same value, so code that runs meanwhile sees the same
-#   data. Unforced promises are never forced; missing arguments and active
-#   bindings are left alone.
+#   data. Missing arguments and active bindings are left alone.
+#
+# Before the walk, each door forces the promises that the closures it sends
+# will read from their frames (force_sent_promises()), as future forces the
+# globals it sends; other promises are never forced.
 #
 # A walk collects its state in a `share_state()`: the views made or met (they
 # must stay alive until the worker has mapped them), the bindings to put back,
@@ -35,6 +38,7 @@ share_state <- function(door = NULL) {
   state$envs <- list()
   state$threshold <- share_threshold()
   state$frames <- TRUE   # walk closures' frames (FALSE where nothing could put them back)
+  state$forced <- list()   # the promises force_sent_promises() forced: list(env, name)
   state$mark <- .Call(ps_share_mark)   # what to roll back to (fall_back())
   state
 }
@@ -172,8 +176,11 @@ share_binding <- function(env, name, state) {
   value <- b[[2L]]
   if (type == binding_types[["promise"]]) {
     # R 4.5 cannot tell a forced promise from an unforced one; a promise of a
-    # variable's value (the usual argument) is read, which is a lookup.
-    if (!is.symbol(do.call(substitute, list(as.name(name), env)))) return(invisible())
+    # variable's value (the usual argument) is read, which is a lookup, and so
+    # is one that force_sent_promises() forced.
+    if (!is.symbol(do.call(substitute, list(as.name(name), env))) && !was_forced(state, env, name)) {
+      return(invisible())
+    }
     value <- tryCatch(get(name, envir = env, inherits = FALSE), error = function(e) NULL)
   } else if (!type %in% binding_types[c("value", "forced")]) {
     return(invisible())
@@ -191,6 +198,109 @@ share_binding <- function(env, name, state) {
     set_binding(env, name, new)
   }
   invisible()
+}
+
+# The promises that the closures a door sends will read from their frames
+# (`FUN`, and the closures among the elements of the lists in `...`: the
+# arguments that go with it) are forced here, before the task leaves, as
+# future forces the globals it sends. Left unforced, such a promise would be
+# serialized with its expression and evaluated on the worker in the
+# environment it was made in: for an argument given at the top level the
+# worker's global environment ("object not found"), else a copy of the
+# caller's whole frame. A closure reads its free variables
+# (codetools::findGlobals(), which globals::globalsOf() uses for future) and
+# those of the closures they name; the promises of other names are not
+# forced (forcing one could fail, or have effects, that the task never
+# causes). A missing argument (also one passed on from a caller's missing
+# argument) is left alone, and so is a promise whose forcing fails: the task
+# meets the error on the worker if it reads it, as it did unforced.
+force_sent_promises <- function(state, FUN, ...) {
+  force_closure_promises(FUN, state)
+  for (l in list(...)) for (el in l) if (typeof(el) == "closure") force_closure_promises(el, state)
+  invisible()
+}
+
+force_closure_promises <- function(fun, state) {
+  if (typeof(fun) != "closure") return(invisible())
+  env <- environment(fun)
+  if (!is.environment(env) || is_shared_scope(env)) return(invisible())
+  for (f in state$forced_funs) if (identical(f, fun)) return(invisible())
+  state$forced_funs[[length(state$forced_funs) + 1L]] <- fun
+  # (finding the free variables costs more than a small task: only when
+  # there is something to force)
+  if (!holds_unforced(env, new.env(parent = emptyenv()))) return(invisible())
+  for (name in codetools::findGlobals(fun, merge = TRUE)) {
+    frame <- binding_frame(env, name)
+    if (is.null(frame)) next
+    value <- if (identical(name, "...")) force_dots(frame) else force_binding(frame, name, state)
+    if (typeof(value) == "closure") force_closure_promises(value, state)
+  }
+  invisible()
+}
+
+# Does a frame from `env` on (as share_in_frames() walks them), or one of
+# the closures bound there, hold a promise that may be unforced? `seen`
+# holds the frames looked at.
+holds_unforced <- function(env, seen) {
+  depth <- 0L
+  while (is.environment(env) && depth < 25L && !is_shared_scope(env)) {
+    for (e in seen$envs) if (identical(e, env)) return(FALSE)
+    seen$envs[[length(seen$envs) + 1L]] <- env
+    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) {
+      b <- .Call(ps_binding, env, nm)
+      if (b[[1L]] %in% binding_types[c("delayed", "promise")]) return(TRUE)
+      if (b[[1L]] %in% binding_types[c("value", "forced")] && typeof(b[[2L]]) == "closure" &&
+          holds_unforced(environment(b[[2L]]), seen)) return(TRUE)
+    }
+    env <- parent.env(env)
+    depth <- depth + 1L
+  }
+  FALSE
+}
+
+# The frame among a closure's own (as share_in_frames() walks them) that
+# binds `name`, or NULL.
+binding_frame <- function(env, name) {
+  depth <- 0L
+  while (is.environment(env) && depth < 25L && !is_shared_scope(env)) {
+    if (exists(name, envir = env, inherits = FALSE)) return(env)
+    env <- parent.env(env)
+    depth <- depth + 1L
+  }
+  NULL
+}
+
+# The value bound to `name` in `frame`, a promise forced first (see
+# force_sent_promises()); NULL for what is not read.
+force_binding <- function(frame, name, state) {
+  b <- .Call(ps_binding, frame, name)
+  type <- b[[1L]]
+  if (type %in% binding_types[c("value", "forced")]) return(b[[2L]])
+  if (!type %in% binding_types[c("delayed", "promise")]) return(NULL)
+  sym <- as.name(name)
+  passed_missing <- is.symbol(do.call(substitute, list(sym, frame))) &&
+    isTRUE(tryCatch(eval(call("missing", sym), frame), error = function(e) FALSE))
+  if (passed_missing) return(NULL)
+  forced <- TRUE
+  value <- tryCatch(get(name, envir = frame, inherits = FALSE), error = function(e) {
+    forced <<- FALSE
+    NULL
+  })
+  if (forced) state$forced[[length(state$forced) + 1L]] <- list(env = frame, name = name)
+  value
+}
+
+# The `...` of a frame, each argument forced (those whose forcing fails are
+# left as they are).
+force_dots <- function(frame) {
+  n <- tryCatch(eval(quote(...length()), frame), error = function(e) 0L)
+  for (k in seq_len(n)) tryCatch(eval(call("...elt", k), frame), error = function(e) NULL)
+  NULL
+}
+
+was_forced <- function(state, env, name) {
+  for (f in state$forced) if (identical(f$name, name) && identical(f$env, env)) return(TRUE)
+  FALSE
 }
 
 # Assigns in place, keeping a locked binding locked.

@@ -142,3 +142,82 @@ test_that("an argument given as an expression is shared once forced", {
   }
   expect_identical(f(big() + 1), c(1, sum(big() + 1)))
 })
+
+# `f(...)` called from the global environment, as a user's script calls it:
+# its arguments are promises whose environment is the global environment.
+# The arguments are bound there for the call and removed after.
+call_from_top <- function(f, ...) {
+  args <- list(...)
+  names <- sprintf(".pageshare_test_arg%d", seq_along(args))
+  for (i in seq_along(args)) assign(names[i], args[[i]], envir = globalenv())
+  on.exit(rm(list = names, envir = globalenv()), add = TRUE)
+  eval(as.call(c(list(f), lapply(names, as.name))), globalenv())
+}
+
+test_that("every door sends a closure's unforced arguments forced, as future does", {
+  skip_if_not_installed("future.apply")
+  old <- options(pageshare.workers = 2L)
+  future::plan(pageshare::shm_multisession, workers = 2)
+  registerDoShm(cores = 2)
+  on.exit({ future::plan(future::sequential); foreach::registerDoSEQ(); stop_workers(); options(old) },
+          add = TRUE)
+  `%dopar%` <- foreach::`%dopar%`
+  M <- matrix(c(1, 4, 2, 8, 5, 7, 3, 6, 9, 2, 4, 1, 7, 3, 5, 8, 6, 2, 9, 1), 4)
+  v <- c(1, 3, 2, 5)
+  want <- vapply(seq_len(ncol(M)), function(j) cor(M[, j], v), 0)
+  # (the column function made by another function: its frame holds the promises)
+  make <- function(X, y) function(j) cor(X[, j], y)
+  doors <- list(
+    shm_map = function(X, y) shm_map(seq_len(ncol(X)), function(j) cor(X[, j], y)),
+    shm_call = function(X, y) lapply(seq_len(ncol(X)), function(j) shm_value(shm_call(function(j) cor(X[, j], y), j))),
+    memLapply = function(X, y) memLapply(seq_len(ncol(X)), function(j) cor(X[, j], y)),
+    memApply = function(X, y) memApply(X, 2, function(col, w) w * cor(col, y), VARS = list(w = 1)),
+    foreach = function(X, y) foreach::foreach(j = seq_len(ncol(X))) %dopar% cor(X[, j], y),
+    foreach_made = function(X, y) {
+      g <- make(X, y)
+      foreach::foreach(j = seq_len(ncol(X))) %dopar% g(j)
+    },
+    future_sapply = function(X, y) future.apply::future_sapply(seq_len(ncol(X)), function(j) cor(X[, j], y)),
+    future_sapply_made = function(X, y) {
+      g <- make(X, y)
+      future.apply::future_sapply(seq_len(ncol(X)), function(j) g(j))
+    })
+  for (door in names(doors)) {
+    got <- tryCatch(call_from_top(doors[[door]], M, v), error = conditionMessage)
+    expect_equal(unlist(got), want, info = door)
+  }
+})
+
+test_that("forcing the promises a closure sends spares missing arguments and promises it does not read", {
+  old <- options(pageshare.workers = 2L)
+  on.exit({ stop_workers(); options(old) }, add = TRUE)
+  M <- matrix(as.double(1:20), 4)
+  # `v` is read only for j > 10: passed on missing, it is not forced (the
+  # launch does not fail, nor does R warn of an interrupted promise later)
+  inner <- function(X, v) shm_map(seq_len(ncol(X)), function(j) if (j > 10) v else sum(X[, j]))
+  outer <- function(X, val) inner(X, val)
+  expect_silent(got <- outer(M))
+  expect_equal(unlist(got), colSums(M))
+  # a promise the closure does not read is never forced
+  touched <- FALSE
+  lazy <- function(X, y, other) shm_map(seq_len(ncol(X)), function(j) sum(X[, j]) + y)
+  got <- lazy(M, 1, { touched <- TRUE; stop("this promise must not be forced") })
+  expect_equal(unlist(got), colSums(M) + 1)
+  expect_false(touched)
+  # one whose forcing fails is left as it was: the element that reads it fails
+  failing <- function(X, y) shm_map(1:2, function(j) if (j == 2) y else j)
+  err <- tryCatch(failing(M, stop("boom")), error = function(e) e)
+  expect_s3_class(err, "pageshare_task_failed")
+})
+
+test_that("an argument given as an expression is forced before it leaves, and shared", {
+  skip_if(getRversion() >= "4.5.0" && getRversion() < "4.6.0",
+          "R 4.5 has no API to tell a forced promise from an unforced one")
+  old <- options(pageshare.workers = 2L)
+  on.exit({ stop_workers(); options(old) }, add = TRUE)
+  f <- function(X) shm_map(1:2, function(j) c(pageshare::is_shared(X), sum(X)))
+  assign(".pageshare_test_big", big(), envir = globalenv())
+  on.exit(rm(".pageshare_test_big", envir = globalenv()), add = TRUE)
+  got <- eval(as.call(list(f, quote(.pageshare_test_big + 1))), globalenv())
+  expect_identical(got[[1]], c(1, sum(big() + 1)))
+})
