@@ -311,9 +311,3 @@ pub unsafe fn forget_since(mark: u64) -> usize {
 pub fn len() -> usize {
     entries().map.len()
 }
-
-/// (address, bytes, source still seen alive) of every entry, for diagnostics.
-pub fn describe() -> Vec<(usize, u64, bool)> {
-    let all: Vec<(usize, Entry)> = entries().map.iter().map(|(a, e)| (*a, *e)).collect();
-    all.iter().map(|(a, e)| (*a, e.bytes, source_alive(*a, e))).collect()
-}
