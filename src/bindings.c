@@ -7,6 +7,7 @@
  * promise is unknown and R decides what to do without forcing it). */
 #include <Rinternals.h>
 #include <Rversion.h>
+#include "boundary.h"
 
 enum { B_UNBOUND = 0, B_VALUE = 1, B_MISSING = 2, B_DELAYED = 3, B_FORCED = 4, B_ACTIVE = 5, B_PROMISE = 6 };
 
@@ -21,8 +22,13 @@ static SEXP result(int type, SEXP value, SEXP saved) {
 
 /* list(type, value, saved): `value` for a value binding or a forced promise
  * (else NULL), `saved` what ps_restore_binding() needs to put it back. */
+static void env_arg(SEXP env) {
+  if (TYPEOF(env) != ENVSXP) ps_raise_error("pageshare_bad_argument", "`env` must be an environment");
+}
+
 SEXP ps_binding(SEXP env, SEXP name) {
-  SEXP sym = Rf_installChar(STRING_ELT(name, 0));
+  env_arg(env);
+  SEXP sym = ps_symbol_arg(name, "name");
   if (!R_existsVarInFrame(env, sym)) return result(B_UNBOUND, R_NilValue, R_NilValue);
   if (R_BindingIsActive(sym, env)) return result(B_ACTIVE, R_NilValue, R_NilValue);
 #if R_VERSION >= R_Version(4, 6, 0)
@@ -57,7 +63,8 @@ SEXP ps_binding(SEXP env, SEXP name) {
 
 /* Puts back what ps_binding() saved, replacing a view swapped in meanwhile. */
 SEXP ps_restore_binding(SEXP env, SEXP name, SEXP type, SEXP value, SEXP saved) {
-  SEXP sym = Rf_installChar(STRING_ELT(name, 0));
+  env_arg(env);
+  SEXP sym = ps_symbol_arg(name, "name");
 #if R_VERSION >= R_Version(4, 6, 0)
   if (Rf_asInteger(type) == B_FORCED) {
     R_MakeForcedBinding(sym, saved, value, env);
@@ -74,6 +81,9 @@ SEXP ps_restore_binding(SEXP env, SEXP name, SEXP type, SEXP value, SEXP saved) 
 /* A locked binding that holds a large value is swapped too (and locked again
  * right after): R_unLockBinding is API, base::unlockBinding() is not for packages. */
 SEXP ps_unlock_binding(SEXP env, SEXP name) {
-  R_unLockBinding(Rf_installChar(STRING_ELT(name, 0)), env);
+  env_arg(env);
+  SEXP sym = ps_symbol_arg(name, "name");
+  if (!R_existsVarInFrame(env, sym)) ps_raise_error("pageshare_bad_argument", "no such variable in `env`");
+  R_unLockBinding(sym, env);
   return R_NilValue;
 }

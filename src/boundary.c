@@ -1,4 +1,5 @@
-/* The C side of the Rust/R boundary (see src/rust/pageshare-r/src/boundary.rs).
+/* The C side of the Rust/R boundary (see src/rust/pageshare-r/src/boundary.rs),
+ * and the classed errors of the entry points written in C.
  *
  * Rust code never raises an R error and is never jumped over by one:
  * - an entry point or ALTREP method that fails returns to its C shell
@@ -10,6 +11,8 @@
  *   returns an error to its shell, which resumes R's jump from there. */
 #include <Rinternals.h>
 #include <setjmp.h>
+#include <stdio.h>
+#include <string.h>
 #include "boundary.h"
 
 /* What Rust left pending: filled by ps_take_pending() (boundary.rs). */
@@ -54,25 +57,26 @@ static SEXP utf8_string(const char *s, int len) {
   return Rf_ScalarString(Rf_mkCharLenCE(s, len, CE_UTF8));
 }
 
-void ps_raise_pending(void) {
-  ps_pending_t p;
-  ps_take_pending(&p);
-  if (p.resume_r_error) R_ContinueUnwind(continuation);
-  int n = p.has_space ? 4 : 2;
+/* Signal the condition of class c(kind, "pageshare_error", "error",
+ * "condition") with `message` (UTF-8, length-delimited), and, for
+ * pageshare_no_space, the bytes needed and free. Never returns. */
+static void __attribute__((noreturn)) raise_condition(const char *message, int message_len, const char *kind, int kind_len, int has_space,
+                                                      double needed, double free) {
+  int n = has_space ? 4 : 2;
   SEXP cond = PROTECT(Rf_allocVector(VECSXP, n));
   SEXP names = PROTECT(Rf_allocVector(STRSXP, n));
-  SET_VECTOR_ELT(cond, 0, utf8_string(p.message, p.message_len));
+  SET_VECTOR_ELT(cond, 0, utf8_string(message, message_len));
   SET_STRING_ELT(names, 0, Rf_mkChar("message"));
   SET_STRING_ELT(names, 1, Rf_mkChar("call"));
-  if (p.has_space) {
-    SET_VECTOR_ELT(cond, 2, Rf_ScalarReal(p.needed));
-    SET_VECTOR_ELT(cond, 3, Rf_ScalarReal(p.free));
+  if (has_space) {
+    SET_VECTOR_ELT(cond, 2, Rf_ScalarReal(needed));
+    SET_VECTOR_ELT(cond, 3, Rf_ScalarReal(free));
     SET_STRING_ELT(names, 2, Rf_mkChar("needed"));
     SET_STRING_ELT(names, 3, Rf_mkChar("free"));
   }
   Rf_setAttrib(cond, R_NamesSymbol, names);
   SEXP cls = PROTECT(Rf_allocVector(STRSXP, 4));
-  SET_STRING_ELT(cls, 0, Rf_mkCharLenCE(p.kind, p.kind_len, CE_UTF8));
+  SET_STRING_ELT(cls, 0, Rf_mkCharLenCE(kind, kind_len, CE_UTF8));
   SET_STRING_ELT(cls, 1, Rf_mkChar("pageshare_error"));
   SET_STRING_ELT(cls, 2, Rf_mkChar("error"));
   SET_STRING_ELT(cls, 3, Rf_mkChar("condition"));
@@ -82,6 +86,39 @@ void ps_raise_pending(void) {
   /* stop() does not return; should it ever, fail as R would */
   UNPROTECT(4);
   Rf_error("%s", "pageshare: an error could not be signalled");
+}
+
+void ps_raise_pending(void) {
+  ps_pending_t p;
+  ps_take_pending(&p);
+  if (p.resume_r_error) R_ContinueUnwind(continuation);
+  raise_condition(p.message, p.message_len, p.kind, p.kind_len, p.has_space, p.needed, p.free);
+}
+
+/* The errors of the C entry points, classed as those Rust leaves pending. */
+void ps_raise_error(const char *kind, const char *message) {
+  raise_condition(message, (int)strlen(message), kind, (int)strlen(kind), 0, 0, 0);
+}
+
+/* The symbol the R string (CHARSXP) `c` names, if R can translate it (not
+ * NA, not "bytes"-encoded, which R refuses with an error of its own). */
+SEXP ps_symbol_of(SEXP c, const char *what) {
+  if (c == NA_STRING || Rf_getCharCE(c) == CE_BYTES) {
+    char message[200];
+    snprintf(message, sizeof message, "`%s` must be text that can name a variable (not NA, not \"bytes\")", what);
+    ps_raise_error("pageshare_bad_argument", message);
+  }
+  return Rf_installChar(c);
+}
+
+/* The symbol a single-string argument names. */
+SEXP ps_symbol_arg(SEXP name, const char *what) {
+  if (TYPEOF(name) != STRSXP || XLENGTH(name) != 1) {
+    char message[200];
+    snprintf(message, sizeof message, "`%s` must be a single string", what);
+    ps_raise_error("pageshare_bad_argument", message);
+  }
+  return ps_symbol_of(STRING_ELT(name, 0), what);
 }
 
 static void check_interrupt(void *data) {

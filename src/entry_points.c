@@ -35,7 +35,7 @@
   X(ps_worth_walking, 2) X(ps_sweep, 1) X(ps_register, 7) X(ps_retrieve, 3)                        \
   X(ps_is_current, 4) X(ps_set_attributes, 2) X(ps_release, 2) X(ps_held, 0)                       \
   X(ps_mapped_stale, 0) X(ps_release_all, 0) X(ps_cache_size, 0) X(ps_cache_evict, 1)              \
-  X(ps_cache_entries, 0) X(ps_disown, 1) X(ps_adopt, 1) X(ps_namespace_variables, 2)               \
+  X(ps_disown, 1) X(ps_adopt, 1) X(ps_namespace_variables, 2)               \
   X(ps_free_bytes, 0) X(ps_release_handoffs, 0) X(ps_set_budget, 1) X(ps_held_bytes, 0)            \
   X(ps_share_mark, 0) X(ps_share_rollback, 1) X(ps_shares_openable, 0)                             \
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
@@ -50,7 +50,7 @@
 
 #define C_ENTRY_POINTS(X)                                                                          \
   X(ps_serialized_size, 1) X(ps_binding, 2) X(ps_restore_binding, 5) X(ps_unlock_binding, 2)       \
-  X(ps_run_iterations, 3) X(ps_serialize_native, 1) X(ps_unserialize, 1) X(ps_pool_run_plain, 1)    \
+  X(ps_run_iterations, 3) X(ps_unserialize, 1) X(ps_pool_run_plain, 1)    \
   X(ps_plain_call, 3) X(ps_pool_call_plain, 4) X(ps_pool_next_event_delivered, 2)                \
   X(ps_task_value_plain, 2) X(ps_pool_worker_serve, 1) X(ps_plain_message, 3) X(ps_serialize_simple, 1) \
   X(ps_matrix_column, 2) X(ps_matrix_row, 2)

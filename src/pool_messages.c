@@ -91,7 +91,7 @@ static SEXP read_stream(input_t *in) {
 
 /* unserialize(raw) */
 SEXP ps_unserialize(SEXP raw) {
-  if (TYPEOF(raw) != RAWSXP) Rf_error("`raw` must be a raw vector");
+  if (TYPEOF(raw) != RAWSXP) ps_raise_error("pageshare_bad_argument", "`raw` must be a raw vector");
   input_t in = {RAW(raw), XLENGTH(raw), 0};
   return read_stream(&in);
 }
@@ -185,7 +185,7 @@ static SEXP fun_bytes(SEXP fun) {
 }
 
 SEXP ps_plain_message(SEXP fun, SEXP args, SEXP threshold) {
-  if (TYPEOF(args) != VECSXP) Rf_error("`args` must be a list");
+  if (TYPEOF(args) != VECSXP) ps_raise_error("pageshare_bad_argument", "`args` must be a list");
   SEXP head = PROTECT(fun_bytes(fun));
   SEXP rest = PROTECT(Rf_allocVector(VECSXP, 3));
   R_xlen_t n = XLENGTH(args);
@@ -276,7 +276,7 @@ static SEXP ok_reply(SEXP value) {
  * sharing (R/pool-worker.R then shares it). An error (in FUN or in reading
  * the message) is raised to the worker's loop, which replies with it. */
 SEXP ps_pool_run_plain(SEXP payload) {
-  if (TYPEOF(payload) != RAWSXP) Rf_error("a plain call of pageshare's pool is damaged");
+  if (TYPEOF(payload) != RAWSXP) ps_raise_error("pageshare_bad_argument", "a plain call of pageshare's pool is damaged");
   input_t in = {RAW(payload), XLENGTH(payload), 0};
   SEXP fun = PROTECT(read_stream(&in));
   SEXP rest = PROTECT(read_stream(&in));

@@ -12,6 +12,7 @@
  * an error). */
 #include <Rinternals.h>
 #include <string.h>
+#include "boundary.h"
 
 typedef struct {
   SEXP columns, syms, expr, env, out, errors;
@@ -62,16 +63,16 @@ static SEXP on_error(SEXP condition, void *data) {
 /* list(results, error) for the iterations given by `columns` (a named list
  * of vectors or lists of equal length). */
 SEXP ps_run_iterations(SEXP columns, SEXP expr, SEXP env) {
-  if (TYPEOF(env) != ENVSXP) Rf_error("`env` must be an environment");
+  if (TYPEOF(env) != ENVSXP) ps_raise_error("pageshare_bad_argument", "`env` must be an environment");
   SEXP names = Rf_getAttrib(columns, R_NamesSymbol);
-  if (TYPEOF(columns) != VECSXP || TYPEOF(names) != STRSXP) Rf_error("`columns` must be a named list");
+  if (TYPEOF(columns) != VECSXP || TYPEOF(names) != STRSXP) ps_raise_error("pageshare_bad_argument", "`columns` must be a named list");
   R_xlen_t vars = XLENGTH(columns);
   R_xlen_t n = vars ? XLENGTH(VECTOR_ELT(columns, 0)) : 0;
   SEXP syms = PROTECT(Rf_allocVector(VECSXP, vars));
   for (R_xlen_t j = 0; j < vars; j++) {
     SEXP column = VECTOR_ELT(columns, j);
-    if (!Rf_isVector(column) || XLENGTH(column) != n) Rf_error("the iteration columns must be vectors of one length");
-    SET_VECTOR_ELT(syms, j, Rf_installChar(STRING_ELT(names, j)));
+    if (!Rf_isVector(column) || XLENGTH(column) != n) ps_raise_error("pageshare_bad_argument", "the iteration columns must be vectors of one length");
+    SET_VECTOR_ELT(syms, j, ps_symbol_of(STRING_ELT(names, j), "columns' names"));
   }
   SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
   /* 0: a value, 1: an error condition returned, 2: an error raised */

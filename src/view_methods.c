@@ -4,11 +4,14 @@
  * failed (every Rust value dropped, the error pending); the shell then raises
  * the error from this C frame (boundary.c). Methods left unset fall back to
  * R's defaults. */
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <Rinternals.h>
 #include <R_ext/Rdynload.h>
 #include <R_ext/Altrep.h>
 #include "boundary.h"
+#include "rust/pageshare-r/src/view_layout.h"
 
 int ps_view_length(SEXP x, R_xlen_t *out);
 int ps_view_dataptr(SEXP x, Rboolean writeable, void **out);
@@ -31,12 +34,20 @@ int ps_view_complex_region(SEXP x, R_xlen_t i, R_xlen_t n, Rcomplex *buf, R_xlen
 void ps_set_view_classes(const R_altrep_class_t *classes);
 
 /* The first fields of the View of the last view a hot method was called on
- * (view.rs: `View` is repr(C) with these first; `ps_last_view` is the
- * one-entry cache), and the armed test fault, if any (faults.rs). R calls
- * Length, Dataptr, Dataptr_or_null and Elt once per element in range(), t(),
+ * (view.rs: `View` is repr(C) with these first, at the offsets of
+ * view_layout.h, asserted there and here; `ps_last_view` is the one-entry
+ * cache), and the armed test fault, if any (faults.rs). R calls Length,
+ * Dataptr, Dataptr_or_null and Elt once per element in range(), t(),
  * split(): for the view just used, and no fault armed, these shells answer
  * from these fields without calling into Rust; everything else goes to the
- * Rust method, which also fills the cache. */
+ * Rust method, which also fills the cache.
+ *
+ * Both globals are Rust atomics (AtomicPtr, AtomicU32: the size and
+ * alignment of the plain type), read here as C11 atomics with the orderings
+ * Rust uses: the cache is published with Release and read with Acquire, the
+ * fault flag is Relaxed. On a target whose layout view_layout.h does not
+ * describe (not 64-bit) the mirror is left out. */
+#if UINTPTR_MAX == UINT64_MAX
 typedef struct {
   SEXP object;
   uint64_t len;
@@ -44,13 +55,34 @@ typedef struct {
   void *write_at;
   int numeric;
 } ps_hot_view;
-extern ps_hot_view *ps_last_view;
-extern uint32_t ps_faults_armed;
+_Static_assert(offsetof(ps_hot_view, object) == PS_VIEW_OBJECT_OFFSET, "ps_hot_view.object: see view_layout.h");
+_Static_assert(offsetof(ps_hot_view, len) == PS_VIEW_LEN_OFFSET, "ps_hot_view.len: see view_layout.h");
+_Static_assert(offsetof(ps_hot_view, read_at) == PS_VIEW_READ_AT_OFFSET, "ps_hot_view.read_at: see view_layout.h");
+_Static_assert(offsetof(ps_hot_view, write_at) == PS_VIEW_WRITE_AT_OFFSET, "ps_hot_view.write_at: see view_layout.h");
+_Static_assert(offsetof(ps_hot_view, numeric) == PS_VIEW_NUMERIC_OFFSET, "ps_hot_view.numeric: see view_layout.h");
+extern ps_hot_view *_Atomic ps_last_view;
+extern _Atomic uint32_t ps_faults_armed;
+_Static_assert(sizeof(ps_last_view) == sizeof(void *) && _Alignof(ps_hot_view *_Atomic) == _Alignof(void *),
+               "Rust's AtomicPtr has the size and alignment of a pointer");
+_Static_assert(sizeof(ps_faults_armed) == 4 && _Alignof(_Atomic uint32_t) == 4,
+               "Rust's AtomicU32 has the size and alignment of a uint32_t");
 
 static inline const ps_hot_view *hot_view(SEXP x) {
-  const ps_hot_view *h = ps_last_view;
-  return (ps_faults_armed == 0 && h != NULL && h->object == x && h->numeric) ? h : NULL;
+  if (atomic_load_explicit(&ps_faults_armed, memory_order_relaxed) != 0) return NULL;
+  const ps_hot_view *h = atomic_load_explicit(&ps_last_view, memory_order_acquire);
+  return (h != NULL && h->object == x && h->numeric) ? h : NULL;
 }
+#else
+typedef struct {
+  uint64_t len;
+  const void *read_at;
+  void *write_at;
+} ps_hot_view;
+static inline const ps_hot_view *hot_view(SEXP x) {
+  (void)x;
+  return NULL;
+}
+#endif
 
 /* The answer of a Rust method, or its error raised. */
 #define ANSWER(type, call)                                                                         \

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust core without R (cargo test: unit + proptest; cargo
+# Runs every test: the .Call table checked against its functions and
+# callers (tools/check-entry-points.R), the Rust core without R (cargo test: unit + proptest; cargo
 # fmt --check and cargo clippy -D warnings must pass too), then
 # the R package's testthat suite against the installed package, then the code
 # blocks of README and of the Getting-started vignette. Fails if a
@@ -30,6 +31,10 @@ pageshare_leftovers() {
   ls -A /dev/shm 2>/dev/null | grep '^pageshare\.' | sed 's/^/file /'
 }
 before=$(pageshare_leftovers | sort)
+
+echo "== the .Call table against its functions and callers"
+Rscript tools/check-entry-points.R .
+table_status=$?
 
 echo "== cargo test"
 cargo test --quiet 2>&1 | grep -v '^$'
@@ -67,4 +72,4 @@ if [ -n "$leaked" ]; then
   r_status=1
 fi
 rm -rf "$test_tmp"
-[ "$cargo_status" -eq 0 ] && [ "$r_status" -eq 0 ]
+[ "$table_status" -eq 0 ] && [ "$cargo_status" -eq 0 ] && [ "$r_status" -eq 0 ]

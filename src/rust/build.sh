@@ -9,8 +9,11 @@
 # With rust/vendor.tar.xz (made by tools/vendor.sh and put into the tarball
 # by tools/check-package.sh), the build runs offline from those crates, in a
 # copy of the workspace without the crates' dev-dependencies (which only
-# `cargo test` needs and which are not vendored); without it, cargo fetches
-# the crates. POSIX sh: R may run this with any /bin/sh.
+# `cargo test` needs and which are not vendored), locked to the Cargo.lock
+# the tarball carries (the workspace's, without the dev-dependencies'
+# entries: the full one does not match the copy, and cargo would rewrite it);
+# without it, cargo fetches the crates. Cargo runs at most 2 jobs, as CRAN
+# asks of packages that build Rust. POSIX sh: R may run this with any /bin/sh.
 set -e
 target_dir=$1
 PATH="$PATH:$HOME/.cargo/bin"
@@ -38,7 +41,7 @@ if [ -z "$version" ] || [ "$major" -lt "$min_major" ] ||
 fi
 
 if [ ! -f rust/vendor.tar.xz ]; then
-  exec cargo build --release --quiet --manifest-path=rust/pageshare-r/Cargo.toml --target-dir="$target_dir"
+  exec cargo build --release --quiet --jobs 2 --manifest-path=rust/pageshare-r/Cargo.toml --target-dir="$target_dir"
 fi
 
 # Offline, from the vendored crates: the workspace (its root is the package's
@@ -48,14 +51,15 @@ work="$target_dir/vendored-build"
 rm -rf "$work"
 mkdir -p "$work/ws/src/rust" "$work/cargo-home"
 tar -xJf rust/vendor.tar.xz -C "$work"
-cp ../Cargo.toml ../Cargo.lock "$work/ws/"
+cp ../Cargo.toml "$work/ws/"
+cp "$work/Cargo.lock" "$work/ws/Cargo.lock"
 for crate in rust/pageshare-*; do
   name=${crate#rust/}
   mkdir -p "$work/ws/src/rust/$name"
   cp -R "$crate/src" "$work/ws/src/rust/$name/"
   awk '/^\[/ { dev = ($0 == "[dev-dependencies]") } !dev' "$crate/Cargo.toml" >"$work/ws/src/rust/$name/Cargo.toml"
 done
-CARGO_HOME="$work/cargo-home" cargo build --release --quiet --offline \
+CARGO_HOME="$work/cargo-home" cargo build --release --quiet --jobs 2 --offline --locked \
   --config 'source.crates-io.replace-with="vendored-sources"' \
   --config "source.vendored-sources.directory=\"$work/vendor\"" \
   --manifest-path="$work/ws/src/rust/pageshare-r/Cargo.toml" --target-dir="$target_dir"

@@ -412,6 +412,19 @@ test_that("progress arrives while a map runs", {
   expect_lt(first, 20)
 })
 
+test_that("what a worker wrote to its standard error can be read back by its slot", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  expect_identical(shm_value(shm_call(function() {
+    cat("pageshare-stderr-probe\n", file = stderr())
+    1
+  })), 1)
+  tail_of <- function() .Call(pageshare:::ps_pool_stderr, 1L)
+  for (i in 1:50) if (!grepl("pageshare-stderr-probe", tail_of())) Sys.sleep(0.1)
+  expect_match(tail_of(), "pageshare-stderr-probe", fixed = TRUE)
+  expect_error(.Call(pageshare:::ps_pool_stderr, 2L), class = "pageshare_bad_argument")
+})
+
 test_that("stopping the pool ends every worker", {
   start_workers(I(3))
   pids <- pool_pids()

@@ -48,8 +48,8 @@ pub fn doubles_arg(x: SEXP, what: &str) -> Result<Vec<f64>, RError> {
     if unsafe { TYPEOF(x) } != SEXPTYPE::REALSXP {
         return Err(RError::argument(format!("`{what}` must be a double vector")));
     }
-    // SAFETY: a double vector of XLENGTH elements.
-    Ok(unsafe { std::slice::from_raw_parts(REAL(x), Rf_xlength(x) as usize) }.to_vec())
+    // SAFETY: a double vector, copied at once.
+    Ok(unsafe { r_calls::vector_data::<f64>(x)? }.to_vec())
 }
 
 /// 0-based slots from R's 1-based ones (NULL: every slot, as `None`), each
@@ -60,8 +60,8 @@ pub fn slots_arg(x: SEXP, size: usize) -> Result<Option<Vec<usize>>, RError> {
         return Ok(None);
     }
     let v = r_calls::coerce_vector(x, SEXPTYPE::INTSXP)?;
-    // SAFETY: an integer vector of XLENGTH elements.
-    let ints = unsafe { std::slice::from_raw_parts(INTEGER(v), Rf_xlength(v) as usize) };
+    // SAFETY: an integer vector (coerced above), alive while `x` is.
+    let ints = unsafe { r_calls::vector_data::<i32>(v)? };
     ints.iter()
         .map(|&s| {
             if s >= 1 && (s as usize) <= size {
@@ -79,13 +79,15 @@ pub fn slots_arg(x: SEXP, size: usize) -> Result<Option<Vec<usize>>, RError> {
 ///
 /// # Safety
 /// R holds `x` (a .Call argument) while the bytes are used.
-pub unsafe fn raw_or_empty(x: SEXP) -> &'static [u8] {
-    // SAFETY: a raw vector's bytes, read while R holds it.
+pub unsafe fn raw_or_empty(x: SEXP) -> Result<&'static [u8], RError> {
+    // SAFETY: reading the type cannot raise; a raw vector's bytes are read
+    // while R holds it (the caller's contract), through dataptr_ro (it may be
+    // an ALTREP vector).
     unsafe {
         if TYPEOF(x) == SEXPTYPE::RAWSXP {
-            std::slice::from_raw_parts(RAW(x), XLENGTH(x) as usize)
+            r_calls::vector_data::<u8>(x)
         } else {
-            &[]
+            Ok(&[])
         }
     }
 }

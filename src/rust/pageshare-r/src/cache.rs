@@ -109,8 +109,13 @@ pub unsafe fn lookup(x: SEXP, attrs: SEXP) -> Result<Option<SEXP>, RError> {
             return Ok(None);
         }
         let Some(e) = entries().map.get(&(x as usize)).copied() else { return Ok(None) };
+        // (the type first: another object may have the address of a
+        // collected source, and XLENGTH of anything but a vector is an R error)
+        if TYPEOF(x) as u32 != e.sexptype {
+            return Ok(None);
+        }
         let data = if XLENGTH(x) > 0 { DATAPTR_RO(x) as usize } else { 0 };
-        if TYPEOF(x) as u32 != e.sexptype || XLENGTH(x) != e.len || data != e.data {
+        if XLENGTH(x) != e.len || data != e.data {
             return Ok(None);
         }
         if !identical(attrs, e.attrs as SEXP)? || !holds_view_data(x, &e)? {
@@ -310,10 +315,4 @@ pub unsafe fn forget_since(mark: u64) -> usize {
 
 pub fn len() -> usize {
     entries().map.len()
-}
-
-/// (address, bytes, source still seen alive) of every entry, for diagnostics.
-pub fn describe() -> Vec<(usize, u64, bool)> {
-    let all: Vec<(usize, Entry)> = entries().map.iter().map(|(a, e)| (*a, *e)).collect();
-    all.iter().map(|(a, e)| (*a, e.bytes, source_alive(*a, e))).collect()
 }

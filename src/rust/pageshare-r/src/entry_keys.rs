@@ -90,7 +90,7 @@ pub extern "C" fn ps_content_key_rs(x: SEXP, blob: SEXP) -> SEXP {
         // SAFETY: a .Call entry point: R's main thread; R holds x and blob.
         let (kind, length, data) = unsafe { vector_contents(x)? };
         // SAFETY: as above.
-        let key = content_key(kind, length, unsafe { raw_or_empty(blob) }, &data);
+        let key = content_key(kind, length, unsafe { raw_or_empty(blob)? }, &data);
         r_calls::strings(&[key])
     })
 }
@@ -113,7 +113,7 @@ pub extern "C" fn ps_share_keyed_rs(
         let release = flag_arg(release_source)?;
         let ours = naming::keyed(&key, os::pid()).map_err(msg)?;
         // SAFETY: R holds blob (an argument).
-        let attributes = unsafe { raw_or_empty(blob) };
+        let attributes = unsafe { raw_or_empty(blob)? };
         // SAFETY: a .Call entry point: R's main thread; R holds x.
         let (kind, length, data) = unsafe { vector_contents(x)? };
         let content = is_content_key(&key);

@@ -47,7 +47,7 @@ pub extern "C" fn ps_register_rs(
         let release = flag_arg(release_source)?;
         let name = naming::named(&ns, &var).map_err(msg)?;
         // SAFETY: R holds `blob` (an argument).
-        let blob = unsafe { crate::args::raw_or_empty(blob) };
+        let blob = unsafe { crate::args::raw_or_empty(blob)? };
         let context = |e: RError| e.context(&format!("variable '{var}'"));
         // (an error about the name itself names the variable already)
         let index_error = |e: pageshare_core::Error| match e {

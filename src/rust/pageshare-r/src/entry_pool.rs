@@ -132,9 +132,11 @@ fn strings_arg(x: SEXP, what: &str) -> Result<Vec<String>, RError> {
     (0..n)
         .map(|i| {
             let one = crate::r_calls::string_elt(x, i)?;
-            // SAFETY: a CHARSXP from a character vector; translated to UTF-8 by R.
-            let c = unsafe { std::ffi::CStr::from_ptr(Rf_translateCharUTF8(one)) };
-            Ok(c.to_string_lossy().into_owned())
+            // SAFETY: R_NaString is initialised before package code runs.
+            if one == unsafe { R_NaString } {
+                return Err(RError::argument(format!("`{what}` must not contain NA")));
+            }
+            crate::r_calls::utf8_text(one, what)
         })
         .collect()
 }
@@ -144,9 +146,9 @@ pub fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
     if unsafe { TYPEOF(x) } != SEXPTYPE::RAWSXP {
         return Err(RError::argument(format!("`{what}` must be a raw vector")));
     }
-    // SAFETY: a raw vector of XLENGTH bytes, alive (referenced by R) for the
-    // whole .Call; the slice does not outlive the entry point's body.
-    Ok(unsafe { std::slice::from_raw_parts(RAW(x), Rf_xlength(x) as usize) })
+    // SAFETY: a raw vector, alive (referenced by R) for the whole .Call; the
+    // slice does not outlive the entry point's body.
+    unsafe { crate::r_calls::vector_data::<u8>(x) }
 }
 
 pub fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
@@ -391,8 +393,8 @@ pub extern "C" fn ps_rng_stream_rs(seed: SEXP, n: SEXP) -> SEXP {
         if !(n >= 0.0 && n.fract() == 0.0 && n < 9.0e15) {
             return Err(RError::argument("`n` must be a whole number >= 0"));
         }
-        // SAFETY: an integer vector of 7 elements.
-        let s = unsafe { std::slice::from_raw_parts(INTEGER(seed), 7) };
+        // SAFETY: an integer vector of 7 elements, alive for the call.
+        let s = unsafe { crate::r_calls::vector_data::<i32>(seed)? };
         let state: [u32; 6] = std::array::from_fn(|i| s[i + 1] as u32);
         let next = stream_after(state, n as u64);
         let out = alloc_vector(SEXPTYPE::INTSXP, 7)?;

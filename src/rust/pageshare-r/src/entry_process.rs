@@ -112,27 +112,6 @@ pub extern "C" fn ps_cache_size_rs() -> SEXP {
     entry(|| scalar_integer(cache::len() as i32))
 }
 
-/// The identity cache's entries: list(address, bytes, alive), for diagnostics.
-#[no_mangle]
-pub extern "C" fn ps_cache_entries_rs() -> SEXP {
-    entry(|| {
-        let d = cache::describe();
-        let addr: Vec<String> = d.iter().map(|e| format!("{:#x}", e.0)).collect();
-        let mut scope = Protect::new();
-        let a = scope.protect(strings(&addr)?)?;
-        let b = scope.alloc_vector(SEXPTYPE::REALSXP, d.len() as R_xlen_t)?;
-        let c = scope.alloc_vector(SEXPTYPE::LGLSXP, d.len() as R_xlen_t)?;
-        for (i, e) in d.iter().enumerate() {
-            // SAFETY: both vectors were just made with d.len() elements.
-            unsafe {
-                *REAL(b).add(i) = e.1 as f64;
-                *LOGICAL(c).add(i) = e.2 as i32;
-            }
-        }
-        named_list(&[("address", a), ("bytes", b), ("alive", c)])
-    })
-}
-
 /// Evict cache entries whose source is no longer referenced or that exceed
 /// `limit` bytes (after each GC); with `limit = 0`, forget every entry.
 #[no_mangle]

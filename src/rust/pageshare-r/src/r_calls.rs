@@ -138,22 +138,39 @@ pub fn scalar_logical(v: c_int) -> Result<SEXP, RError> {
     try_r(|| unsafe { Rf_ScalarLogical(v) })
 }
 
+/// The arguments read as numbers or flags are numbers or flags: R would
+/// parse a string, and raise its own error (not a pageshare one) for text it
+/// cannot translate, such as a "bytes"-encoded string.
+fn not_a_string(x: SEXP) -> Result<(), RError> {
+    // SAFETY: reading the type of a valid SEXP cannot raise.
+    if unsafe { TYPEOF(x) } == SEXPTYPE::STRSXP {
+        return Err(RError::argument("a number or a flag was expected, not a string"));
+    }
+    Ok(())
+}
+
 pub fn as_real(x: SEXP) -> Result<f64, RError> {
+    not_a_string(x)?;
     // SAFETY: coercion of a valid SEXP (may warn, and a warning may be an error).
     try_r(|| unsafe { Rf_asReal(x) })
 }
 
 pub fn as_integer(x: SEXP) -> Result<c_int, RError> {
+    not_a_string(x)?;
     // SAFETY: as for as_real.
     try_r(|| unsafe { Rf_asInteger(x) })
 }
 
 pub fn as_logical(x: SEXP) -> Result<c_int, RError> {
+    not_a_string(x)?;
     // SAFETY: as for as_real.
     try_r(|| unsafe { Rf_asLogical(x) })
 }
 
+/// `x` as a vector of type `t` (a number or flag type: strings are refused,
+/// as by [`as_real`]).
 pub fn coerce_vector(x: SEXP, t: SEXPTYPE) -> Result<SEXP, RError> {
+    not_a_string(x)?;
     // SAFETY: coercion of a valid SEXP; allocates.
     try_r(|| unsafe { Rf_coerceVector(x, t) })
 }
@@ -199,17 +216,61 @@ pub unsafe fn set_attributes(x: SEXP, attrs: SEXP) -> Result<(), RError> {
 
 /// The one string of `x` as UTF-8, or an error naming the argument `what`.
 pub fn string_arg(x: SEXP, what: &str) -> Result<String, RError> {
-    // SAFETY: type and length are checked before the element is read.
-    let ok = unsafe { TYPEOF(x) == SEXPTYPE::STRSXP && XLENGTH(x) == 1 && STRING_ELT(x, 0) != R_NaString };
-    if !ok {
+    // SAFETY: type and length are checked before the element is read, and
+    // `x` is then an ordinary or ALTREP character vector, whose element is
+    // read through string_elt (another class's Elt may raise).
+    let ok = unsafe { TYPEOF(x) == SEXPTYPE::STRSXP && XLENGTH(x) == 1 };
+    let c = if ok { string_elt(x, 0)? } else { nil() };
+    // SAFETY: R_NaString is initialised before package code runs.
+    if !ok || c == unsafe { R_NaString } {
         return Err(RError::argument(format!("`{what}` must be a single string")));
     }
-    // SAFETY: x is a character vector of length 1 (checked above); translating
-    // may raise an R error for a string that cannot be converted.
-    let c = try_r(|| unsafe { Rf_translateCharUTF8(STRING_ELT(x, 0)) })?;
+    utf8_text(c, what)
+}
+
+/// The text of the R string (CHARSXP, not NA) `c` as UTF-8, or an argument
+/// error naming `what`. What R's translation would refuse with an R error (a
+/// string marked "bytes") is refused here first, and text that is not valid
+/// UTF-8 once translated (invalid bytes marked UTF-8 or native) is refused
+/// too rather than altered: it may name a file or a variable, where a
+/// replacement character would name another one.
+pub fn utf8_text(c: SEXP, what: &str) -> Result<String, RError> {
+    // SAFETY: `c` is a CHARSXP (the callers took it from a character vector);
+    // reading its encoding cannot raise.
+    if unsafe { Rf_getCharCE(c) } == cetype_t::CE_BYTES as c_int {
+        return Err(RError::argument(format!(
+            "`{what}` must be text: a string of \"bytes\" encoding cannot be read as UTF-8"
+        )));
+    }
+    // SAFETY: translating a CHARSXP that is not "bytes"-encoded; should R
+    // raise all the same (out of memory), the error stops in try_r.
+    let p = try_r(|| unsafe { Rf_translateCharUTF8(c) })?;
     // SAFETY: R returns a NUL-terminated string that lives at least until the
     // next allocation; it is copied at once.
-    Ok(unsafe { CStr::from_ptr(c) }.to_string_lossy().into_owned())
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Ok(s.to_owned()),
+        Err(_) => Err(RError::argument(format!("`{what}` must be text: it is not valid UTF-8"))),
+    }
+}
+
+/// The data of an atomic vector argument for reading, as a slice of `T` (the
+/// caller checked that `x` has that type): through `dataptr_ro`, since `x`
+/// may be another class's ALTREP vector, whose data pointer may allocate or
+/// raise.
+///
+/// # Safety
+/// `T` must be the element type of `x`'s SEXP type; the slice must not
+/// outlive the entry point's call (R holds `x` until then).
+pub unsafe fn vector_data<'a, T>(x: SEXP) -> Result<&'a [T], RError> {
+    // SAFETY: reading the length of a vector cannot raise.
+    let n = unsafe { XLENGTH(x) } as usize;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    let p = dataptr_ro(x)?;
+    // SAFETY: the caller's contract: `n` elements of `T` from `p`, alive for the call.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<T>(), n) })
 }
 
 /// A character vector of `v`.

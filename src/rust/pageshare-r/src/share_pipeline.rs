@@ -56,8 +56,10 @@ pub unsafe fn share(x: SEXP, attrs: SEXP, limit: u64, release_source: bool) -> R
 pub unsafe fn share_packed(leaves: SEXP, attrs: SEXP, limit: u64) -> Result<SEXP, RError> {
     // SAFETY: lengths and types are checked before elements are read.
     unsafe {
-        let n = XLENGTH(leaves);
-        if n == 0 || TYPEOF(leaves) != SEXPTYPE::VECSXP || TYPEOF(attrs) != SEXPTYPE::VECSXP || XLENGTH(attrs) != n {
+        // (the types first: XLENGTH of anything but a vector is an R error)
+        let lists = TYPEOF(leaves) == SEXPTYPE::VECSXP && TYPEOF(attrs) == SEXPTYPE::VECSXP;
+        let n = if lists { XLENGTH(leaves) } else { 0 };
+        if n == 0 || XLENGTH(attrs) != n {
             return Err(RError::argument(
                 "share_packed() needs a non-empty list of vectors and one attribute list per vector",
             ));

@@ -22,7 +22,8 @@ use std::os::raw::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// A view's state. `repr(C)` with its first five fields in a fixed order:
+/// A view's state. `repr(C)` with its first five fields at the offsets of
+/// `view_layout.h` (asserted below, and by the C side against the same file):
 /// the C shells of the hottest methods (src/view_methods.c, `ps_hot_view`)
 /// read them through [`LAST_VIEW`] to answer without calling into Rust.
 #[repr(C)]
@@ -51,6 +52,62 @@ pub struct View {
     /// The private copy-on-write mapping, once a writeable pointer was asked for.
     pub private: RefCell<Option<MmapMut>>,
 }
+
+/// Are the bytes of `pat` in `text` at `i`?
+const fn bytes_at(text: &[u8], i: usize, pat: &[u8]) -> bool {
+    if i + pat.len() > text.len() {
+        return false;
+    }
+    let mut k = 0;
+    while k < pat.len() {
+        if text[i + k] != pat[k] {
+            return false;
+        }
+        k += 1;
+    }
+    true
+}
+
+/// The number `#define`d as `name` in view_layout.h (a compile-time error if
+/// it is missing): the one list of the offsets that the C mirror reads.
+const fn layout_constant(name: &str) -> usize {
+    const HEADER: &[u8] = include_bytes!("view_layout.h");
+    const DEFINE: &[u8] = b"#define ";
+    let name = name.as_bytes();
+    let mut line = 0;
+    while line < HEADER.len() {
+        let at = line + DEFINE.len();
+        if bytes_at(HEADER, line, DEFINE) && bytes_at(HEADER, at, name) && bytes_at(HEADER, at + name.len(), b" ") {
+            let start = at + name.len() + 1;
+            let (mut j, mut value) = (start, 0);
+            while j < HEADER.len() && HEADER[j].is_ascii_digit() {
+                value = value * 10 + (HEADER[j] - b'0') as usize;
+                j += 1;
+            }
+            assert!(j > start, "view_layout.h: a constant without a number");
+            return value;
+        }
+        while line < HEADER.len() && HEADER[line] != b'\n' {
+            line += 1;
+        }
+        line += 1;
+    }
+    panic!("view_layout.h lacks a constant that view.rs asks for")
+}
+
+// The C mirror's layout, asserted on the targets where the C side uses it.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(View, object) == layout_constant("PS_VIEW_OBJECT_OFFSET"));
+    assert!(offset_of!(View, len) == layout_constant("PS_VIEW_LEN_OFFSET"));
+    assert!(offset_of!(View, read_at) == layout_constant("PS_VIEW_READ_AT_OFFSET"));
+    assert!(offset_of!(View, write_at) == layout_constant("PS_VIEW_WRITE_AT_OFFSET"));
+    assert!(offset_of!(View, numeric) == layout_constant("PS_VIEW_NUMERIC_OFFSET"));
+    // the types C reads them as: SEXP, uint64_t, two pointers, int
+    assert!(size_of::<SEXP>() == 8 && size_of::<Cell<*const u8>>() == 8 && size_of::<Cell<*mut u8>>() == 8);
+    assert!(size_of::<std::os::raw::c_int>() == 4);
+};
 
 impl View {
     /// Bytes of shared data this view reads (for strings: the whole packed table
@@ -191,7 +248,7 @@ unsafe extern "C" fn finalize_view(ptr: SEXP) {
     unsafe {
         let p = R_ExternalPtrAddr(ptr).cast::<View>();
         if !p.is_null() {
-            let _ = LAST_VIEW.compare_exchange(p, std::ptr::null_mut(), Ordering::Relaxed, Ordering::Relaxed);
+            let _ = LAST_VIEW.compare_exchange(p, std::ptr::null_mut(), Ordering::Release, Ordering::Relaxed);
             R_ClearExternalPtr(ptr);
             let view = Box::from_raw(p);
             // (called by R's garbage collector: a panic must not leave this frame)
@@ -310,15 +367,17 @@ pub unsafe fn plain_copy(x: SEXP, view: &View) -> Result<SEXP, RError> {
 /// code calling Elt from several threads (against R's rules, but harmless for
 /// ordinary vectors) can never pair one object with another's View.
 ///
-/// The C shells read it too (as `ps_last_view`, an atomic pointer having the
-/// layout of a plain one), on R's main thread only.
+/// The C shells read it too (`ps_last_view`, a C11 atomic pointer there, which
+/// has AtomicPtr's layout), on R's main thread only. A View is published with
+/// Release and read with Acquire (here and in C), so that a reader on any
+/// thread that finds a View also sees the fields written before it was cached.
 #[no_mangle]
 #[allow(non_upper_case_globals)]
 static ps_last_view: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
 use ps_last_view as LAST_VIEW;
 
 fn forget_last_view() {
-    LAST_VIEW.store(std::ptr::null_mut(), Ordering::Relaxed);
+    LAST_VIEW.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 /// `view_unchecked(x)` through the one-entry cache above: for the methods R
@@ -329,7 +388,7 @@ fn forget_last_view() {
 /// `x` must be a live view.
 #[inline]
 pub unsafe fn view_for_elt<'a>(x: SEXP) -> &'a View {
-    let cached = LAST_VIEW.load(Ordering::Relaxed);
+    let cached = LAST_VIEW.load(Ordering::Acquire);
     // SAFETY: a non-null cached pointer is a live View (see LAST_VIEW).
     if !cached.is_null() && unsafe { (*cached).object } == x {
         // SAFETY: as above: the cached View is live, and it is the view of `x`.
@@ -337,7 +396,7 @@ pub unsafe fn view_for_elt<'a>(x: SEXP) -> &'a View {
     }
     // SAFETY: the caller's contract.
     let v = unsafe { view_unchecked(x) };
-    LAST_VIEW.store(std::ptr::from_ref(v).cast_mut(), Ordering::Relaxed);
+    LAST_VIEW.store(std::ptr::from_ref(v).cast_mut(), Ordering::Release);
     v
 }
 

@@ -157,8 +157,8 @@ pub extern "C" fn ps_processes_gone_rs(pids: SEXP) -> SEXP {
         let pids = scope.protect(r_calls::coerce_vector(pids, SEXPTYPE::REALSXP)?)?;
         let n = XLENGTH(pids);
         let out = scope.alloc_vector(SEXPTYPE::LGLSXP, n)?;
-        for i in 0..n as usize {
-            let p = *REAL(pids).add(i);
+        let pids = r_calls::vector_data::<f64>(pids)?;
+        for (i, &p) in pids.iter().enumerate() {
             let gone = p.is_finite() && p >= 1.0 && p <= u32::MAX as f64 && os::process_exited(p as u32);
             *LOGICAL(out).add(i) = gone as i32;
         }
