@@ -1,7 +1,8 @@
 #' Register pageshare's foreach backend
 #'
 #' A drop-in replacement for `doParallel::registerDoParallel()`: after
-#' `registerDoShm()`, `foreach(...) %dopar% { ... }` runs on PSOCK workers, and
+#' `registerDoShm()`, `foreach(...) %dopar% { ... }` runs on pageshare's worker
+#' pool (or on a cluster you pass), and
 #' every large value the loop sends (automatically detected and `.export`ed
 #' variables, and iteration values; lists and data frames leaf by leaf) is
 #' moved into shared memory once and crosses to the workers as a handle of a
@@ -168,8 +169,8 @@ dots_frame <- function(...) environment()
 doshm_backend <- function(obj, expr, envir, data) {
   if (!inherits(obj, "foreach")) stop("`obj` must be a foreach object")
   verbose <- isTRUE(obj$verbose)
-  on_pool <- is.null(data$cluster) && use_own_pool()
-  cl <- if (on_pool) NULL else if (is.null(data$cluster)) pool_workers(data$cores) else data$cluster
+  on_pool <- is.null(data$cluster)
+  cl <- data$cluster
   slots <- if (on_pool) pool_slots(data$cores)
   workers <- if (on_pool) length(slots) else length(cl)
   local <- isTRUE(data$local)
@@ -275,9 +276,7 @@ doshm_backend <- function(obj, expr, envir, data) {
   results <- if (on_pool) {
     with_handles_if(local, run_loop_tasks_on_pool(slots, columns, chunks, setup))
   } else {
-    with_pool_health(with_handles_if(local, {
-      run_loop_tasks(cl, columns, chunks, setup, balance = !opt$preschedule)
-    }), cl, is.null(data$cluster), function(i) "tasks of a foreach loop")
+    with_handles_if(local, run_loop_tasks(cl, columns, chunks, setup, balance = !opt$preschedule))
   }
 
   if (is.null(bulk$columns)) {

@@ -69,7 +69,7 @@ check_workers_have_pageshare <- function(cl, reg) {
 # Every future runs in a task frame on its worker: a handle the worker could
 # not open when the future arrived fails the future with its classed error
 # (the worker lives on), and the future's own unserialize() calls fail as
-# usual (see task_begin() in workers.R). The worker becomes a receiver here
+# usual (see task_begin() in cluster.R). The worker becomes a receiver here
 # too, for workers future started or restarted by itself. The frame ends
 # whatever fails, task_begin() included: a worker left "in a task" would let
 # the next unopenable handle end it inside future's unserialize().

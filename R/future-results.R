@@ -65,7 +65,7 @@ worker_result_begin <- function() {
     worker_scope_open$open <- FALSE
   }
   # future removed the previous future's globals, but views of segments the
-  # master has released since may still be mapped here (see workers.R).
+  # master has released since may still be mapped here (see cluster.R).
   collect_stale_views()
   invisible()
 }

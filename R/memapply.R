@@ -169,19 +169,14 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   VARS <- resolve_vars(VARS, NAMESPACE, held)
   if (!is.null(MAX.CORES)) MAX.CORES <- check_worker_count(MAX.CORES, "MAX.CORES")
   if (n == 0L) return(stats::setNames(list(), nms))
-  if (is.null(CLUSTER) && use_own_pool()) {
+  if (is.null(CLUSTER)) {
     return(mem_run_pool(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what))
   }
-  if (is.null(CLUSTER)) {
-    cl <- pool_workers(MAX.CORES)
-    local <- TRUE
-  } else {
-    if (!inherits(CLUSTER, "cluster")) {
-      pageshare_stop("not_cluster", "CLUSTER", " (or NULL: pageshare's own pool)", describe_object(CLUSTER))
-    }
-    cl <- CLUSTER
-    local <- is_local_cluster(cl)
+  if (!inherits(CLUSTER, "cluster")) {
+    pageshare_stop("not_cluster", "CLUSTER", " (or NULL: pageshare's own pool)", describe_object(CLUSTER))
   }
+  cl <- CLUSTER
+  local <- is_local_cluster(cl)
   k <- min(length(cl), n, if (is.null(MAX.CORES)) Inf else MAX.CORES)
   state <- share_state(sprintf("%s()", caller))
   force_sent_promises(state, FUN, VARS)
@@ -198,9 +193,7 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   # indices. X and VARS stay referenced here until every result is back.
   # The handle scope only when a view is actually sent (it costs a little).
   local <- local && length(state$views) > 0L
-  res <- with_pool_health(
-    with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS)),
-    cl, is.null(CLUSTER), function(i) sprintf("%s of %s()", describe_items(what, chunks[[i]]), caller))
+  res <- with_handles_if(local, parallel::clusterApply(cl[seq_len(k)], chunks, worker_stub("mem_worker"), X, mode, FUN, VARS))
   resignal_remote_errors(res)
   failed <- Filter(function(r) inherits(r, "pageshare_task_error"), res)
   if (length(failed)) {

@@ -22,10 +22,8 @@ mi_run <- function(X, cls, method, eps, na.rm, discrete, base, cores) {
       progress()
       r
     })
-  } else if (use_own_pool()) {
-    mi_run_pool(blocks, args, n_workers, progress)
   } else {
-    mi_run_psock(blocks, args, n_workers, progress)
+    mi_run_pool(blocks, args, n_workers, progress)
   }
   resignal_remote_errors(res)
   unlist(res, use.names = FALSE)
@@ -59,26 +57,6 @@ mi_run_pool <- function(blocks, args, n_workers, progress) {
                       cond)
   }
   job$out
-}
-
-# On the PSOCK pool (option pageshare.pool = "psock"): the blocks in rounds
-# of one per worker, one progress step per block after each round.
-mi_run_psock <- function(blocks, args, n_workers, progress) {
-  cl <- pool_workers(n_workers)
-  state <- share_state("mutual_information()")
-  args$X <- share_walk(args$X, state)
-  on.exit(restore_shared(state), add = TRUE)
-  handles <- is_shared(args$X) && !fall_back(state)
-  rounds <- split(seq_along(blocks), (seq_along(blocks) - 1L) %/% n_workers)
-  res <- vector("list", length(blocks))
-  for (round in rounds) {
-    res[round] <- with_pool_health(
-      with_handles_if(handles, do.call(parallel::clusterApply, c(list(cl[seq_along(round)], blocks[round],
-                                                                     worker_stub("mi_worker")), args))),
-      cl, TRUE, function(i) sprintf("%s of mutual_information()", describe_items("column", blocks[[round[i]]])))
-    progress(amount = length(round))
-  }
-  res
 }
 
 # Runs on a worker (and in this process for cores = 1): the MIs of columns

@@ -21,15 +21,10 @@
 #'    (it honours cgroup limits and CPU affinity), less what leaves 16
 #'    connections free) Number of processes in pageshare's own worker
 #'    pool (see [shm_pool]), used by [shm_call()], [shm_map()],
-#'    [registerDoShm()] without a cluster and [memApply()] / [memLapply()]
-#'    without `CLUSTER`. The pool is started on first use, reused by later
-#'    calls, and stopped by [stop_workers()] or when R exits.}
-#'  \item{`pageshare.pool`}{(`"shm"` or `"psock"`; env `PAGESHARE_POOL`;
-#'    default `"shm"`) Which pool [registerDoShm()] without a cluster and
-#'    [memApply()] / [memLapply()] without `CLUSTER` run on: pageshare's own
-#'    pool, whose tasks travel through shared memory, or a PSOCK cluster of
-#'    pageshare's (tasks through R's sockets, as before the pool existed;
-#'    kept to compare the two).}
+#'    [registerDoShm()] without a cluster, [memApply()] / [memLapply()]
+#'    without `CLUSTER` and [mutual_information()]. The pool is started on
+#'    first use, reused by later calls, and stopped by [stop_workers()] or
+#'    when R exits.}
 #'  \item{`pageshare.cache_limit`}{(numeric bytes; env `PAGESHARE_CACHE_LIMIT`;
 #'    default a quarter of the memory available when the package loads)
 #'    The identity cache ("share once") keeps the view of each shared source
@@ -82,7 +77,7 @@
 #' @name pageshare_options
 #' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
 #'   pageshare.max_shared_bytes
-#'   pageshare.share_results pageshare.release_source pageshare.worker_vsize pageshare.pool
+#'   pageshare.share_results pageshare.release_source pageshare.worker_vsize
 #'   pageshare.verbose
 #' @examples
 #' getOption("pageshare.dir")
@@ -110,8 +105,6 @@ option_defaults <- list(
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical,
                                   must = "TRUE or FALSE", ok = is_flag),
   pageshare.share_results = list(default = TRUE, must = "TRUE or FALSE", ok = is_flag),
-  pageshare.pool = list(env = "PAGESHARE_POOL", default = "shm", parse = identity,
-                        must = "\"shm\" or \"psock\"", ok = function(v) is_string(v) && v %in% c("shm", "psock")),
   pageshare.verbose = list(env = "PAGESHARE_VERBOSE", default = FALSE, parse = as.logical,
                            must = "TRUE or FALSE", ok = is_flag),
   pageshare.threshold = list(env = "PAGESHARE_THRESHOLD", default = 1048576, parse = as.numeric,

@@ -90,7 +90,7 @@ rearm_after_task <- function(expr, value, ok, visible) {
   removeTaskCallback("pageshare")
   restore_globals_limit()
   # Stop pageshare's own worker pool first: its workers may hold views.
-  tryCatch(stop_all_workers(pool), error = function(e) NULL)
+  tryCatch(pool_stop(), error = function(e) NULL)
   # Unlink every segment this process owns. The DLL stays loaded: views that
   # are still alive must keep their ALTREP methods.
   tryCatch(.Call(ps_release_all), error = function(e) NULL)

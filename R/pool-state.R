@@ -79,28 +79,16 @@ pool_slots <- function(n) {
   seq_len(n)
 }
 
-# Do the front doors without a cluster of the user's run on this pool?
-# Option pageshare.pool = "psock" selects the PSOCK pool instead (the path
-# before this pool, kept for comparison).
-# Where this process cannot make shared memory at all (memfd_create() refused
-# by a seccomp profile, no /proc), the pool, which lives in shared memory,
-# cannot start: the front doors then take the PSOCK pool, which sends plain
-# data with the fallback warning.
-use_own_pool <- function() !identical(pageshare_option("pageshare.pool"), "psock") && shared_memory_usable()
+# Process ids of the pool's workers (integer(0) when no pool runs).
+pool_pids <- function() .Call(ps_pool_pids)
 
-# Can this process make a segment? Asked once per session (a tiny share());
-# running out of memory or of the budget does not count against it.
-shared_memory_usable <- function() {
-  if (is.null(shm_pool$memory_usable)) {
-    mark <- .Call(ps_share_mark)
-    on.exit(.Call(ps_share_rollback, mark), add = TRUE)   # (the test segment goes at once)
-    shm_pool$memory_usable <- tryCatch({
-      share(raw(8))
-      TRUE
-    }, pageshare_permission = function(e) FALSE, pageshare_system = function(e) FALSE,
-       pageshare_unsupported_environment = function(e) FALSE, pageshare_error = function(e) TRUE)
-  }
-  shm_pool$memory_usable
+# Stops the pool when R exits (its workers would end with this process
+# anyway; this ends them in order). Called from .onLoad: a finalizer
+# registered while the package is built would not survive into the installed
+# namespace.
+arm_pool_finalizer <- function() {
+  reg.finalizer(shm_pool, function(e) tryCatch(pool_stop(), error = function(e) NULL), onexit = TRUE)
+  invisible()
 }
 
 pool_ensure <- function() {

@@ -22,8 +22,8 @@
 # list(status = "error", index, condition).
 
 pool_worker_main <- function() {
-  # (attached, as on the workers of registerDoShm()'s PSOCK pool: loop bodies
-  # call pageshare's functions without `pageshare::`)
+  # (attached, as on the workers of a cluster passed to registerDoShm(): loop
+  # bodies call pageshare's functions without `pageshare::`)
   suppressPackageStartupMessages(library("pageshare", character.only = TRUE))
   .Call(ps_pool_worker_connect)
   become_receiver()

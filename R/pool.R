@@ -137,3 +137,21 @@ print.pageshare_task <- function(x, ...) {
 # FUN carries no frame of its own (its environment is the global environment
 # or a namespace). Then a task skips the sharing walk.
 plain_call <- function(FUN, args, threshold) .Call(ps_plain_call, environment(FUN), args, threshold)
+
+#' Stop pageshare's worker pool
+#'
+#' pageshare keeps a pool of background R processes (see [shm_pool]) for
+#' [shm_call()], [shm_map()], [registerDoShm()] without a cluster,
+#' [memApply()] / [memLapply()] without `CLUSTER` and [mutual_information()].
+#' The pool is started on first use and reused afterwards; it is stopped when
+#' R exits, or earlier by `stop_workers()`. The next call that needs workers
+#' starts a new pool. A worker whose master R session is gone (killed or
+#' crashed) ends at once, also in the middle of a task.
+#'
+#' @return `TRUE` if a pool was running (and is now stopped), else `FALSE`,
+#'   invisibly.
+#' @seealso [shm_pool], [pageshare_options] (option `pageshare.workers`)
+#' @examples
+#' stop_workers()
+#' @export
+stop_workers <- function() invisible(isTRUE(tryCatch(pool_stop(), error = function(e) FALSE)))

@@ -97,8 +97,8 @@ fresh_workers <- function(kind) {
   if (kind == "none") return(list(cl = NULL, pids = integer()))
   if (kind == "pool") {
     stop_workers()
-    invisible(memApply(matrix(0, 2, 2), 2, sum))      # starts the pool
-    return(list(cl = pageshare:::pool_workers(workers), pids = pageshare:::pool_pids()))
+    start_workers(workers)
+    return(list(cl = NULL, pids = pageshare:::pool_pids()))
   }
   cl <- parallel::makePSOCKcluster(workers)
   list(cl = cl, pids = unlist(parallel::clusterCall(cl, Sys.getpid)))
@@ -188,7 +188,7 @@ for (n in unique(res$n)) {
 
 ## ---- (b) per-call overhead -----------------------------------------------
 Xs <- matrix(rnorm(100), 10)
-pool_cl <- fresh_workers("pool")$cl
+invisible(fresh_workers("pool"))
 cl <- fresh_workers("psock")$cl
 per_call <- function(expr, N = 300L) {
   expr <- substitute(expr)
@@ -198,19 +198,19 @@ per_call <- function(expr, N = 300L) {
   stats::median(t) * 1000
 }
 ov <- data.frame(
-  call = c("memApply(X10, 2, sum), pageshare pool", "parApply(cl, X10, 2, sum), same pool",
+  call = c("memApply(X10, 2, sum), pageshare pool",
            "parApply(cl, X10, 2, sum), parallel cluster"),
-  ms = c(per_call(memApply(Xs, 2, sum)), per_call(parallel::parApply(pool_cl, Xs, 2, sum)),
+  ms = c(per_call(memApply(Xs, 2, sum)),
          per_call(parallel::parApply(cl, Xs, 2, sum))))
 print(ov)
 
 ## ---- (c) many tiny iterations ----------------------------------------------
-# foreach(i = 1:2000) %dopar% sqrt(i) against parLapply() on the same workers
+# foreach(i = 1:2000) %dopar% sqrt(i) against shm_map() on the same workers
 # (pageshare's pool) and against doParallel on a PSOCK cluster, interleaved.
 registerDoShm(cores = workers)
 tiny <- list(
   "foreach %dopar%, registerDoShm" = function() foreach(i = 1:2000) %dopar% sqrt(i),
-  "parLapply, same pool" = function() parallel::parLapply(pool_cl, 1:2000, sqrt),
+  "shm_map, same pool" = function() shm_map(1:2000, sqrt),
   "foreach %dopar%, registerDoShm, chunk.size = 1" = function()
     foreach(i = 1:2000, .options.shm = list(chunk.size = 1)) %dopar% sqrt(i),
   "foreach %dopar%, doParallel" = function() {
@@ -262,10 +262,10 @@ lines <- c(
   "",
   sprintf("(c) 2000 tiny iterations (`sqrt(i)`), 2 workers, median of %d interleaved runs:", tiny_runs),
   "",
-  "| call | ms | / parLapply on the same pool |",
+  "| call | ms | / shm_map on the same pool |",
   "|---|---:|---:|",
   sprintf("| %s | %s | %s |", names(tiny_med), fmt(tiny_med * 1000, 1),
-          fmt(tiny_med / tiny_med[["parLapply, same pool"]], 1)),
+          fmt(tiny_med / tiny_med[["shm_map, same pool"]], 1)),
   ""
 )
 dir.create(dirname(out_file), recursive = TRUE, showWarnings = FALSE)

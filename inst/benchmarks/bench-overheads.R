@@ -8,7 +8,7 @@
 # - a trivial future (value(future(1))), plan(shm_multisession) and
 #   plan(multisession), alternating;
 # - a warm memApply() of a 10 x 10 matrix;
-# - a 16 KB reply from a pool worker (Nagle's algorithm would add ~40 ms);
+# - a 16 KB reply from a pool worker;
 # - share() of a small vector with 1000 and with 4000 entries in the identity
 #   cache (the cost must not grow with the cache);
 # - share() of a new vector of 1 MiB (the default threshold, so the smallest
@@ -38,9 +38,8 @@ X <- matrix(rnorm(100), 10)
 for (i in 1:5) memApply(X, 2, sum, MAX.CORES = 2)
 cat(sprintf("warm memApply() of 10 x 10: median %.2f ms\n",
             median(replicate(rounds, ms(memApply(X, 2, sum, MAX.CORES = 2))))))
-cl <- pageshare:::pool_workers(2L)
 cat(sprintf("16 KB reply from a pool worker: median %.2f ms\n",
-            median(replicate(rounds, ms(parallel::clusterCall(cl[1], function(n) runif(n), 2000))))))
+            median(replicate(rounds, ms(shm_value(shm_call(function(n) runif(n), 2000)))))))
 stop_workers()
 
 # share() with a small and a large identity cache.

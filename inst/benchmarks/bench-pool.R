@@ -1,8 +1,7 @@
 #!/usr/bin/env Rscript
-# pageshare's own pool (tasks over shared memory) side by side with the path
-# before it (option pageshare.pool = "psock": pageshare's PSOCK pool), plain
-# PSOCK (parallel's parLapply() / clusterCall()) and, where it is installed,
-# mirai. One process tree, 2 workers each, rounds interleaved (every system
+# pageshare's own pool (tasks over shared memory) side by side with plain
+# PSOCK (parallel's parLapply() / clusterCall()), the reference, and, where it
+# is installed, mirai. One process tree, 2 workers each, rounds interleaved (every system
 # once per round, in turn); medians over rounds and ratios to the pool.
 #
 #   Rscript inst/benchmarks/bench-pool.R [rounds, default 7] [section ...]
@@ -29,11 +28,6 @@ start_workers(2)
 cl <- makePSOCKcluster(2)
 if (has_mirai) mirai::daemons(2)
 on.exit({ stop_workers(); stopCluster(cl); if (has_mirai) mirai::daemons(0) }, add = TRUE)
-old_pool <- function(expr) {   # pageshare's front doors on the PSOCK pool
-  old <- options(pageshare.pool = "psock")
-  on.exit(options(old))
-  expr
-}
 
 # Untimed, before each measurement, so that no system pays for the garbage of
 # the one before it: a collection here, then one in each pool worker (of the
@@ -112,7 +106,6 @@ if ("map" %in% sections) {
     systems <- list(
       `pool: shm_map()` = function() ms(shm_map(seq_len(n), f)),
       `pool: memLapply()` = function() ms(memLapply(seq_len(n), f)),
-      `old path: memLapply(), psock pool` = function() ms(old_pool(memLapply(seq_len(n), f))),
       `PSOCK: parLapply()` = function() ms(parLapply(cl, seq_len(n), f)),
       `PSOCK: clusterApplyLB()` = function() ms(clusterApplyLB(cl, seq_len(n), f)))
     if (has_mirai) systems$`mirai: mirai_map()[]` <- function() ms(mirai::mirai_map(seq_len(n), f)[])
@@ -128,10 +121,6 @@ if ("foreach" %in% sections && requireNamespace("foreach", quietly = TRUE)) {
     `pool: foreach on registerDoShm()` = function() {
       registerDoShm(cores = 2)
       ms(foreach::foreach(i = seq_len(n)) %dopar% sqrt(i))
-    },
-    `old path: registerDoShm(), psock pool` = function() {
-      registerDoShm(cores = 2)
-      old_pool(ms(foreach::foreach(i = seq_len(n)) %dopar% sqrt(i)))
     })
   if (requireNamespace("doParallel", quietly = TRUE)) {
     systems$`doParallel on the same PSOCK cluster` <- function() {

@@ -66,7 +66,6 @@ option_cases <- list(
   list("pageshare.release_source", "maybe", quote(share(runif(2e5)))),
   list("pageshare.dir", "/no/such/dir", quote(sweep_shared())),
   list("pageshare.threshold", "1MB", quote(memLapply(1:2, identity))),
-  list("pageshare.pool", "fast", quote(memLapply(1:2, identity))),
   list("pageshare.workers", 0, quote(start_workers())),
   list("pageshare.worker_vsize", "16M", quote(start_workers(1))),
   list("pageshare.verbose", "loud", quote(memLapply(list(runif(2e5)), sum)))

@@ -35,12 +35,18 @@ site_calls <- list(
   elt = function(v) v$dbl[[7]]
 )
 
+# (share() arms the garbage-collection hook, an R finalizer that calls an entry
+# point: it runs at the collection here, not at one that R makes between
+# arming a fault and the operation meant to reach it, where it would take the
+# fault itself)
 fresh_views <- function() {
-  list(
+  v <- list(
     dbl = share(as.numeric(1:20000)),
     int = share(1:20000 + 0L),
     chr = share(rep(c("a", "b", "c"), 7000))
   )
+  invisible(gc())
+  v
 }
 
 test_that("every site is reached by its operation (a fault fires there)", {

@@ -230,22 +230,6 @@ test_that("a call on warm workers starts no process and counts no cores", {
   expect_identical(c(cores = cores, processes = processes), c(cores = 0L, processes = 0L))
 })
 
-test_that("the PSOCK pool's messages do not wait for delayed ACKs: TCP_NODELAY on both ends", {
-  # (a 16 KB reply took ~43 ms with Nagle, ~1 ms without)
-  old <- options(pageshare.pool = "psock")
-  on.exit(options(old), add = TRUE)
-  on.exit(pageshare:::stop_pool(), add = TRUE)
-  so <- nodelay_probe()
-  memApply(matrix(1:4, 2), 2, sum)                # the pool is up
-  cl <- pageshare:::pool_workers()
-  workers <- parallel::clusterCall(cl, tcp_nodelay_states, so)
-  for (w in workers) {
-    expect_gte(length(w), 1L)
-    expect_true(all(w))
-  }
-  expect_gte(sum(tcp_nodelay_states(so)), length(cl))   # the master's ends
-})
-
 test_that("memLapply: lists, vectors, VARS, names", {
   L <- list(a = matrix(1:4, 2), b = matrix(5:8, 2))
   w <- c(1, 2)

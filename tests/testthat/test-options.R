@@ -28,7 +28,6 @@ test_that("a bad value of each option is an error naming it where the option is 
   with_option("pageshare.dir", "/no/such/dir", expect_option_error(sweep_shared(), "pageshare.dir", '"/no/such/dir"'))
   with_option("pageshare.threshold", "1MB",
               expect_option_error(memLapply(1:2, identity), "pageshare.threshold", '"1MB"'))
-  with_option("pageshare.pool", "fast", expect_option_error(memLapply(1:2, identity), "pageshare.pool", '"fast"'))
   with_option("pageshare.workers", 0, expect_option_error(start_workers(), "pageshare.workers", "0"))
   # good values pass
   with_option("pageshare.cache_limit", Inf, expect_true(is_shared(share(big))))

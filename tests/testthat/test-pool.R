@@ -392,6 +392,47 @@ test_that("a worker killed in memApply(), memLapply() or foreach is reported and
   foreach::registerDoSEQ()
 })
 
+test_that("a worker that died while idle is named by the next memApply(), memLapply(), foreach or mutual_information()", {
+  skip_on_cran()
+  skip_if_not_installed("foreach")
+  on.exit({ foreach::registerDoSEQ(); stop_workers() }, add = TRUE)
+  M <- matrix(as.double(1:40), 4)
+  set.seed(2)
+  y <- rep(1:2, each = 20)
+  MX <- matrix(rnorm(40 * 300), 40)   # (two blocks of columns: both workers)
+  `%dopar%` <- foreach::`%dopar%`
+  doors <- list(
+    memApply = function() unlist(memApply(M, 2, sum)),
+    memLapply = function() unlist(memLapply(as.list(1:10), function(i) i)),
+    foreach = function() {
+      registerDoShm(cores = 2)
+      foreach::foreach(i = 1:10, .combine = c) %dopar% i
+    },
+    mutual_information = function() mutual_information(MX, y, cores = 2))
+  expected <- list(memApply = colSums(M), memLapply = 1:10, foreach = 1:10,
+                   mutual_information = mutual_information(MX, y, cores = 1))
+  start_workers(2)
+  for (signal in c(tools::SIGKILL, tools::SIGTERM)) {
+    for (door in names(doors)) {
+      before <- pool_pids()
+      expect_length(before, 2L)
+      tools::pskill(before[2L], signal)
+      expect_true(pids_gone(before[2L]), info = door)
+      w <- NULL
+      got <- withCallingHandlers(doors[[door]](), pageshare_worker_replaced = function(cond) {
+        w <<- cond
+        invokeRestart("muffleWarning")
+      })
+      expect_s3_class(w, "pageshare_warning")
+      expect_match(conditionMessage(w), sprintf("worker process %d .* died while it was idle", before[2L]),
+                   info = door)
+      expect_equal(got, expected[[door]], info = door)
+      expect_false(before[2L] %in% pool_pids())
+      expect_true(before[1L] %in% pool_pids(), info = door)   # the live worker stays
+    }
+  }
+})
+
 test_that("progress arrives while a map runs", {
   skip_if_not_installed("progressr")
   on.exit(stop_workers(), add = TRUE)

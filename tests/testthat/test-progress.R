@@ -59,8 +59,7 @@ test_that("mutual_information() reports a progress step per block of columns as 
   y <- rep(1:2, each = 50)
   X <- matrix(rnorm(100 * 600), 100)   # 3 blocks of at most 256 columns
   expected <- mutual_information(X, y, cores = 1)
-  for (way in c("this process", "pool", "psock")) {
-    options(pageshare.pool = if (way == "psock") "psock" else NULL)
+  for (way in c("this process", "pool")) {
     updates <- numeric()
     got <- withCallingHandlers(
       mutual_information(X, y, cores = if (way == "this process") 1 else 2),

@@ -147,7 +147,11 @@ impl Pool {
     /// leaves no process) if any of them cannot be started.
     pub fn start(n: u64, capacity: u64, launch: Launch) -> Result<Pool, PoolError> {
         let setup = |e: std::io::Error| PoolError::Setup(e.to_string());
-        let region = Arc::new(Region::create(n, capacity).map_err(setup)?);
+        // (where no memfd can be made, the region may also go where the
+        // workers are told to keep their temporary files: see region.rs)
+        let workers_tmp = launch.env.iter().filter(|(k, _)| k == "TMPDIR").map(|(_, v)| PathBuf::from(v));
+        let fallback: Vec<PathBuf> = workers_tmp.chain(std::iter::once(std::env::temp_dir())).collect();
+        let region = Arc::new(Region::create(n, capacity, &fallback).map_err(setup)?);
         let random = os::random_bytes(SECRET_LEN + 8).map_err(|e| PoolError::Setup(e.to_string()))?;
         let mut secret = [0u8; SECRET_LEN];
         secret.copy_from_slice(&random[..SECRET_LEN]);

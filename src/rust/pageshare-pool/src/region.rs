@@ -4,12 +4,20 @@
 //! worker slot a task ring (master to worker), a result ring (worker to master)
 //! and the worker's doorbell. Its size is sealed, so no process can make
 //! another fault by shrinking it.
+//!
+//! Where memfd_create() is refused (a container's seccomp profile), the region
+//! is an unnamed file of this user instead (`os::unnamed_file`: in /dev/shm,
+//! else in a temporary directory), passed the same way. Its size cannot be
+//! sealed, but no process can open it by name: only the master and the workers
+//! it admitted hold it. The pool then runs as usual; only the segments of
+//! large values cannot be made, and those go as plain data (the R side warns).
 
 use crate::ring::{Ring, RingControl};
 use crate::wait::Doorbell;
 use memmap2::MmapMut;
 use pageshare_core::os;
 use std::fs::File;
+use std::path::PathBuf;
 
 const MAGIC: u64 = 0x7073_706f_6f6c_0001; // "pspool" + version 1
 const HEADER_BYTES: u64 = 4096;
@@ -48,21 +56,55 @@ fn layout(slots: u64, capacity: u64) -> Option<(u64, u64)> {
 impl Region {
     /// A new region for `slots` workers with rings of `capacity` bytes (a power
     /// of two, at least 4096) each way.
-    pub fn create(slots: u64, capacity: u64) -> std::io::Result<Region> {
+    /// A memfd when this process may make one, else an unnamed file in the
+    /// first of /dev/shm and `fallback_dirs` where one can be made.
+    pub fn create(slots: u64, capacity: u64, fallback_dirs: &[PathBuf]) -> std::io::Result<Region> {
+        let total = Region::size_of(slots, capacity)?;
+        let memfd = match os::memfd("pageshare-pool") {
+            Ok(file) => file,
+            Err(refused) => {
+                let mut why = vec![refused.to_string()];
+                let dirs = std::iter::once(PathBuf::from("/dev/shm")).chain(fallback_dirs.iter().cloned());
+                for dir in dirs {
+                    match Region::create_unnamed(slots, capacity, &dir) {
+                        Ok(region) => return Ok(region),
+                        Err(e) => why.push(format!("{}: {e}", dir.display())),
+                    }
+                }
+                return Err(std::io::Error::other(why.join("; ")));
+            }
+        };
+        memfd.set_len(total)?;
+        os::seal_size(&memfd)?;
+        Region::init(memfd, slots, capacity)
+    }
+
+    /// A region in an unnamed file in `dir` (see the module's comment).
+    pub fn create_unnamed(slots: u64, capacity: u64, dir: &std::path::Path) -> std::io::Result<Region> {
+        let total = Region::size_of(slots, capacity)?;
+        let file = os::unnamed_file(dir)?;
+        file.set_len(total)?;
+        Region::init(file, slots, capacity)
+    }
+
+    fn size_of(slots: u64, capacity: u64) -> std::io::Result<u64> {
         let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_string());
         if slots == 0 || !capacity.is_power_of_two() || capacity < 4096 {
             return Err(bad("a pool region needs at least one slot and a power-of-two ring capacity >= 4096"));
         }
         let (_, total) = layout(slots, capacity).ok_or_else(|| bad("a pool region of this size overflows"))?;
-        let file = os::memfd("pageshare-pool").map_err(|e| std::io::Error::other(e.to_string()))?;
-        file.set_len(total)?;
-        os::seal_size(&file)?;
-        // SAFETY: the file's size is sealed (nobody can shrink it under the
-        // mapping); its contents are shared with our workers, which is why
+        Ok(total)
+    }
+
+    /// Maps `file`, of the region's full size, and writes its header.
+    fn init(file: File, slots: u64, capacity: u64) -> std::io::Result<Region> {
+        // SAFETY: nobody can shrink the file under the mapping: its size is
+        // sealed, or it has no name and only our workers get it (see the
+        // module's comment); its contents are shared with them, which is why
         // every read of it goes through atomics or checked copies (ring.rs).
         let mut map = unsafe { MmapMut::map_mut(&file)? };
         // SAFETY: the mapping is at least HEADER_BYTES long and page-aligned;
-        // a fresh memfd reads as zeros, a valid state of every field.
+        // a fresh file reads as zeros, a valid state of every field.
         let header = unsafe { &mut *map.as_mut_ptr().cast::<Header>() };
         header.slots = slots;
         header.capacity = capacity;
@@ -74,14 +116,14 @@ impl Region {
     /// and that its size covers what its header says.
     pub fn open(file: File) -> std::io::Result<Region> {
         let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
-        if !os::is_size_sealed(&file) {
-            return Err(bad("the pool's region is not size-sealed"));
+        if !os::is_size_sealed(&file) && !os::is_unnamed_private(&file) {
+            return Err(bad("the pool's region is neither size-sealed nor an unnamed file of this user"));
         }
         let len = file.metadata()?.len();
         if len < HEADER_BYTES {
             return Err(bad("the pool's region is too short"));
         }
-        // SAFETY: size-sealed (checked above); see `create`.
+        // SAFETY: size-sealed or unnamed (checked above); see `init`.
         let map = unsafe { MmapMut::map_mut(&file)? };
         // SAFETY: the mapping is at least HEADER_BYTES long; the fields are
         // read once here and checked.

@@ -16,7 +16,7 @@ fn quick() -> Patience {
 
 #[test]
 fn messages_arrive_in_order_with_their_tags() {
-    let region = Region::create(2, CAP).unwrap();
+    let region = Region::create(2, CAP, &[]).unwrap();
     let ring = region.tasks(1);
     for i in 0..10u64 {
         ring.send(i, format!("message {i}").as_bytes(), quick(), &mut never()).unwrap();
@@ -31,7 +31,7 @@ fn messages_arrive_in_order_with_their_tags() {
 
 #[test]
 fn an_empty_message_is_a_message() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     let ring = region.results(0);
     ring.send(7, b"", quick(), &mut never()).unwrap();
     let mut out = vec![1, 2, 3];
@@ -41,7 +41,7 @@ fn an_empty_message_is_a_message() {
 
 #[test]
 fn a_message_larger_than_the_ring_streams_through_it() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
     std::thread::scope(|s| {
         let region = &region;
@@ -59,7 +59,7 @@ fn a_message_larger_than_the_ring_streams_through_it() {
 
 #[test]
 fn closing_wakes_a_parked_receiver_and_fails_a_sender() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     std::thread::scope(|s| {
         let region = &region;
         let reader = s.spawn(move || {
@@ -76,7 +76,7 @@ fn closing_wakes_a_parked_receiver_and_fails_a_sender() {
 
 #[test]
 fn a_message_published_before_the_close_is_still_delivered() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     let ring = region.results(0);
     ring.send(3, b"last words", quick(), &mut never()).unwrap();
     ring.close();
@@ -90,7 +90,7 @@ fn a_message_published_before_the_close_is_still_delivered() {
 
 #[test]
 fn the_messages_a_consumer_never_began_are_known_by_their_tags() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     let ring = region.tasks(0);
     assert!(ring.unread_tags().is_empty());
     ring.send(1, b"read", quick(), &mut never()).unwrap();
@@ -111,7 +111,7 @@ fn the_messages_a_consumer_never_began_are_known_by_their_tags() {
 
 #[test]
 fn give_up_ends_a_wait_on_an_empty_ring() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     let mut asked = 0;
     let mut give_up = || {
         asked += 1;
@@ -124,7 +124,7 @@ fn give_up_ends_a_wait_on_an_empty_ring() {
 
 #[test]
 fn a_full_ring_makes_the_sender_wait_until_the_receiver_reads() {
-    let region = Region::create(1, CAP).unwrap();
+    let region = Region::create(1, CAP, &[]).unwrap();
     std::thread::scope(|s| {
         let region = &region;
         let writer = s.spawn(move || {
@@ -144,7 +144,7 @@ fn a_full_ring_makes_the_sender_wait_until_the_receiver_reads() {
 #[test]
 fn a_region_is_opened_only_when_it_is_one() {
     use std::io::Write;
-    let region = Region::create(3, CAP).unwrap();
+    let region = Region::create(3, CAP, &[]).unwrap();
     let again = Region::open(region.file().try_clone().unwrap()).unwrap();
     assert_eq!(again.slots(), 3);
     region.tasks(2).send(9, b"seen by the other mapping", quick(), &mut never()).unwrap();
@@ -170,6 +170,33 @@ fn a_region_is_opened_only_when_it_is_one() {
     assert!(Region::open(short).is_err(), "shorter than its header says");
 }
 
+#[test]
+fn an_unnamed_file_serves_as_a_region_where_no_memfd_can_be_made() {
+    let dir = std::env::temp_dir();
+    let region = Region::create_unnamed(2, CAP, &dir).unwrap();
+    assert!(pageshare_core::os::is_unnamed_private(region.file()));
+    assert!(!pageshare_core::os::is_size_sealed(region.file()));
+    let again = Region::open(region.file().try_clone().unwrap()).unwrap();
+    assert_eq!(again.slots(), 2);
+    region.tasks(1).send(5, b"through an unnamed file", quick(), &mut never()).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(again.tasks(1).receive(&mut out, quick(), &mut never()).unwrap(), 5);
+    assert_eq!(out, b"through an unnamed file");
+
+    // A file that anyone can open by name, or that others may read, is not one.
+    let path = dir.join(format!("pageshare-region-test-{}", std::process::id()));
+    let named = std::fs::File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+    named.set_len(1 << 20).unwrap();
+    let refused = Region::open(named.try_clone().unwrap());
+    std::fs::remove_file(&path).unwrap();
+    assert!(refused.is_err(), "a named file");
+    let open_to_all = pageshare_core::os::unnamed_file(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    open_to_all.set_permissions(std::fs::Permissions::from_mode(0o644)).unwrap();
+    open_to_all.set_len(1 << 20).unwrap();
+    assert!(Region::open(open_to_all).is_err(), "readable by others");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
@@ -177,7 +204,7 @@ proptest! {
     // whole and in order through a small ring (wrap markers, streaming).
     #[test]
     fn any_sequence_of_messages_arrives_whole(sizes in prop::collection::vec(0usize..9000, 1..40)) {
-        let region = Region::create(1, CAP).unwrap();
+        let region = Region::create(1, CAP, &[]).unwrap();
         std::thread::scope(|s| {
             let region = &region;
             let sent = sizes.clone();
@@ -208,7 +235,7 @@ proptest! {
         // (mostly positions a correct peer could publish, sometimes any at all)
         let tail = tail & !15;
         let head = wild_head.unwrap_or(tail.wrapping_add(published * 16));
-        let region = Region::create(1, CAP).unwrap();
+        let region = Region::create(1, CAP, &[]).unwrap();
         let ring = region.tasks(0);
         ring.scribble_for_tests(&data, head, tail);
         let mut out = Vec::new();

@@ -267,7 +267,7 @@ pub const PLAIN: u64 = 1 << 62;
 pub const CONDITION: u64 = 1 << 61;
 /// The bit of a message's tag that tells the worker its master has let go of
 /// segments since its last message: views of them may be stale (see
-/// collect_stale_views() in R/workers.R). Without it the worker need not look.
+/// collect_stale_views() in R/cluster.R). Without it the worker need not look.
 pub const SCAN: u64 = 1 << 60;
 /// Every flag bit of a tag (the rest is the message's number).
 pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN;

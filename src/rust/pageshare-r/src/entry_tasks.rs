@@ -1,6 +1,6 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
 //! The `.Call` entry points the workers and their master use around a task
-//! (R/workers.R, R/future*.R, R/doshm*.R): receiving handles, handing results
+//! (R/cluster.R, R/future*.R, R/doshm*.R): receiving handles, handing results
 //! over, checking that others can open what this process shares. Each is
 //! called by its C shell in src/entry_points.c and runs its body through [`entry`].
 

@@ -183,6 +183,64 @@ pub fn is_sealed(file: &File) -> bool {
     s >= 0 && s & ALL_SEALS == ALL_SEALS
 }
 
+/// A new file of this user alone (mode 0600) in directory `dir`, with no name
+/// in any directory: only a process given a descriptor of it (over a socket)
+/// can map it, and its memory goes with the last descriptor and mapping, as a
+/// memfd's does. For memory that must be shared where memfd_create() is
+/// refused (a container's seccomp profile). Made with O_TMPFILE, which never
+/// names it; on a file system without O_TMPFILE, created under a random name
+/// (exclusively, never through a link) and unlinked at once. Its size cannot
+/// be sealed: see [`is_unnamed_private`] for what a receiver checks instead.
+pub fn unnamed_file(dir: &std::path::Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(dir);
+    let file = match tmp {
+        Ok(f) => f,
+        // (a kernel or file system without O_TMPFILE says so with one of these)
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)) => {
+            let random = super::random_bytes(12).map_err(|e| std::io::Error::other(e.to_string()))?;
+            let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
+            let path = dir.join(format!(".pageshare-{name}"));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .open(&path)?;
+            std::fs::remove_file(&path)?;
+            f
+        }
+        Err(e) => return Err(e),
+    };
+    if !is_unnamed_private(&file) {
+        return Err(std::io::Error::other(format!("{} gave a file that is named or not ours alone", dir.display())));
+    }
+    place_high(file).map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Is `file` a regular file of this user, readable by nobody else, and in no
+/// directory (made by [`unnamed_file`])? Then no process can open it by name:
+/// only those it was given to (ours) hold it, so none can shrink it under
+/// another's mapping unless it is one of ours.
+pub fn is_unnamed_private(file: &File) -> bool {
+    // SAFETY: an all-zero stat is a valid value of the struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat fills `st` for a descriptor owned by `file`.
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    st.st_mode & libc::S_IFMT == libc::S_IFREG
+        && st.st_nlink == 0
+        && st.st_uid == super::euid()
+        && st.st_mode & 0o077 == 0
+}
+
 /// What /proc shows for a memfd made by [`memfd`] with `name`.
 pub fn memfd_path(name: &str) -> String {
     format!("/memfd:{name}")

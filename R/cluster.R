@@ -1,99 +1,9 @@
-# pageshare's own persistent pool of PSOCK workers.
-#
-# Started on first use (registerDoShm() without a cluster, memApply()/memLapply()
-# without CLUSTER), reused by every later call, stopped by stop_workers(), when
-# the package is unloaded, and when R exits (finalizer with onexit = TRUE).
-
-pool <- new.env(parent = emptyenv())   # $cl (cluster), $pids (integer)
-
-# Called from .onLoad (a finalizer registered while the package is built would
-# not survive into the installed namespace).
-arm_pool_finalizer <- function() {
-  reg.finalizer(pool, function(e) stop_all_workers(e), onexit = TRUE)
-  invisible()
-}
-
-stop_pool <- function(env = pool) {
-  cl <- env$cl
-  env$cl <- NULL
-  env$pids <- NULL
-  # Node by node: parallel::stopCluster() gives up at the first dead worker
-  # and would leave the live ones running.
-  for (i in seq_along(cl)) {
-    tryCatch(parallel::stopCluster(cl[i]), error = function(e) NULL)
-    tryCatch(close(cl[[i]]$con), error = function(e) NULL)
-  }
-  invisible(!is.null(cl))
-}
-
-#' Stop pageshare's worker pool
-#'
-#' pageshare keeps a pool of background R processes (see [shm_pool]) for
-#' [shm_call()], [shm_map()], [registerDoShm()] without a cluster and
-#' [memApply()] / [memLapply()] without `CLUSTER` (with
-#' `options(pageshare.pool = "psock")`, a PSOCK cluster with pageshare loaded
-#' for the last three). The pool is started on first use and reused
-#' afterwards; it is stopped when R exits, or earlier by `stop_workers()`,
-#' which stops both kinds. The next call that needs workers starts a new pool.
-#' A worker whose master R session is gone (killed or crashed) ends within a
-#' fraction of a second, also in the middle of a task.
-#'
-#' @return `TRUE` if a pool was running (and is now stopped), else `FALSE`,
-#'   invisibly.
-#' @seealso [shm_pool], [pageshare_options] (options `pageshare.workers`,
-#'   `pageshare.pool`)
-#' @examples
-#' stop_workers()
-#' @export
-stop_workers <- function() stop_all_workers(pool)
-
-# Both pools: pageshare's own (R/pool.R) and the PSOCK cluster.
-stop_all_workers <- function(env = pool) {
-  own <- tryCatch(pool_stop(), error = function(e) FALSE)
-  invisible(isTRUE(stop_pool(env)) || isTRUE(own))
-}
-
-# The pool, with at least `n` workers; returns its first `n` nodes.
-pool_workers <- function(n = NULL) {
-  if (is.null(n)) n <- worker_count()
-  replace_pool_if_out_of_step()
-  cl <- pool$cl
-  # (a running pool of at least n workers shows that n fits the connections)
-  if (!is.null(cl) && is_whole_count(n) && n <= length(cl)) {
-    return(if (length(cl) == n) cl else cl[seq_len(n)])
-  }
-  n <- check_worker_count(n, "cores")
-  if (is.null(cl) || length(cl) < n) {
-    stop_pool(pool)
-    cl <- make_nodelay_cluster(n)
-    # (the pool's workers are ours: they watch this process, see watchdog.R)
-    info <- tryCatch(load_on_workers(cl, master_identity()), error = function(e) {
-      tryCatch(parallel::stopCluster(cl), error = function(e2) NULL)
-      stop(e)
-    })
-    pool$cl <- cl
-    pool$pids <- info$pid
-  }
-  if (length(cl) == n) cl else cl[seq_len(n)]
-}
-
-# Between calls every worker of the pool is idle: a socket with something to
-# read (a dead worker's EOF, a reply nobody waits for) or a closed connection
-# means the pool is out of step. It is stopped (the caller then starts a new
-# one) with a warning naming the worker that died while idle.
-replace_pool_if_out_of_step <- function() {
-  cl <- pool$cl
-  if (is.null(cl)) return(invisible(FALSE))
-  pids <- psock_pool_pids()
-  bad <- which(nodes_out_of_step(cl, if (length(pids) == length(cl)) pids else rep(NA_integer_, length(cl))))
-  if (!length(bad)) return(invisible(FALSE))
-  known <- bad[bad <= length(pids)]
-  gone <- known[process_gone(pids[known])]
-  who <- if (length(gone)) pids[gone[1L]] else if (bad[1L] <= length(pids)) pids[bad[1L]] else "?"
-  stop_pool(pool)
-  pageshare_warn("worker_died_idle", who)
-  invisible(TRUE)
-}
+# The workers of a cluster: one the user passes (registerDoShm(cl),
+# memApply(CLUSTER = cl)) and shm_multisession's (future's own cluster). The
+# sessions' side: loading pageshare on them, the message a task is sent as,
+# errors that keep their class across parallel's connections. The workers'
+# side: what they do around each task (also on pageshare's pool, see
+# pool-worker.R).
 
 # Evaluates `expr` with TCP_NODELAY on the sockets R opens meanwhile (our side
 # of worker connections). R's sockets use Nagle's algorithm by default: a
@@ -105,31 +15,13 @@ nodelay_sockets <- function(expr) {
   expr
 }
 
-# A PSOCK cluster whose sockets have TCP_NODELAY on both ends, its workers
-# started with pageshare's heap setting (worker_heap_args()).
-make_nodelay_cluster <- function(n) {
-  nodelay_sockets(parallel::makePSOCKcluster(
-    n, rscript_args = worker_heap_args(c("-e", shQuote("options(socketOptions = 'no-delay')")))))
-}
-
-# Process ids of the PSOCK pool's workers (integer(0) when none is running).
-psock_pool_pids <- function() if (is.null(pool$pids)) integer() else pool$pids
-
-# Process ids of the workers of the pool the front doors use (see
-# use_own_pool()).
-pool_pids <- function() if (use_own_pool()) .Call(ps_pool_pids) else psock_pool_pids()
-
-
 # Runs on a worker. Its environment is the global environment so that it can be
-# unserialized by a worker that does not have pageshare (yet). With `master`
-# (master_identity()), the worker then watches it.
-worker_load_pageshare <- function(paths, master = NULL) {
+# unserialized by a worker that does not have pageshare (yet).
+worker_load_pageshare <- function(paths) {
   err <- tryCatch({
     suppressPackageStartupMessages(
       library("pageshare", lib.loc = unique(c(.libPaths(), paths)), character.only = TRUE))
     ns <- asNamespace("pageshare")
-    watch <- get0("watch_master", envir = ns, inherits = FALSE)
-    if (!is.null(master) && is.function(watch)) watch(master$pid, master$start)
     receive <- get0("become_receiver", envir = ns, inherits = FALSE)
     if (is.function(receive)) receive()
     ""
@@ -140,9 +32,8 @@ environment(worker_load_pageshare) <- globalenv()
 
 # Loads pageshare on every worker of `cl` (rule: a worker that receives a handle
 # has pageshare loaded); a clear error names the worker that cannot load it.
-# With `master`, every worker watches that process (watchdog.R).
-load_on_workers <- function(cl, master = NULL) {
-  res <- parallel::clusterCall(cl, worker_load_pageshare, .libPaths(), master)
+load_on_workers <- function(cl) {
+  res <- parallel::clusterCall(cl, worker_load_pageshare, .libPaths())
   bad <- which(vapply(res, function(r) nzchar(r$err), logical(1)))
   if (length(bad)) pageshare_stop("worker_load", bad[1L], res[[bad[1L]]]$err)
   list(pid = vapply(res, function(r) as.integer(r$pid), integer(1)),
