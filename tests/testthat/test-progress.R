@@ -52,8 +52,7 @@ test_that("progress updates cross from the pool's workers while the call runs", 
 
 test_that("mutual_information() reports a progress step per block of columns as it goes", {
   skip_if_not_installed("progressr")
-  # (pageshare.pool is set below: put back as it was, not left at "psock")
-  old <- options(progressr.enable = TRUE, pageshare.workers = 2L, pageshare.pool = getOption("pageshare.pool"))
+  old <- options(progressr.enable = TRUE, pageshare.workers = 2L)
   on.exit({ options(old); stop_workers() }, add = TRUE)
   set.seed(1)
   y <- rep(1:2, each = 50)
@@ -107,7 +106,7 @@ expect_progress_while_running <- function(got, steps, door) {
 test_that("a progressr handler sees every door's updates between the bar's start and its end, as tasks end", {
   skip_if_not_installed("progressr")
   skip_if_not_installed("foreach")
-  old <- options(progressr.enable = TRUE, pageshare.workers = 2L, pageshare.pool = NULL)
+  old <- options(progressr.enable = TRUE, pageshare.workers = 2L)
   on.exit({ options(old); foreach::registerDoSEQ(); stop_workers() }, add = TRUE)
   `%dopar%` <- foreach::`%dopar%`
   # a task of 0.3 s that records when it ended: 4 of them on 2 workers take
@@ -157,7 +156,7 @@ test_that("future_lapply() under shm_multisession: the same as every other door"
 
 test_that("mutual_information(): a handler sees its block updates between the bar's start and its end", {
   skip_if_not_installed("progressr")
-  old <- options(progressr.enable = TRUE, pageshare.workers = 2L, pageshare.pool = NULL)
+  old <- options(progressr.enable = TRUE, pageshare.workers = 2L)
   on.exit({ options(old); stop_workers() }, add = TRUE)
   set.seed(1)
   y <- rep(1:2, each = 50)
