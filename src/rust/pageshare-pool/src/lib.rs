@@ -13,7 +13,9 @@
 //! - [`pool`]: the master's side: start, admit, watch, replace and stop workers;
 //! - [`dispatch`]: the master's bookkeeping of which worker has which message;
 //! - [`worker`]: the worker's side: connect, and die with the master;
-//! - [`rng`]: the random-number stream of each element of a map.
+//! - [`rng`]: the random-number stream of each element of a map;
+//! - [`wire`]: every code of the pool's messages and events, their versions,
+//!   and the encoding of frame and message headers.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod dispatch;
@@ -23,6 +25,7 @@ pub mod region;
 pub mod ring;
 pub mod rng;
 pub mod wait;
+pub mod wire;
 pub mod worker;
 
 #[cfg(test)]
