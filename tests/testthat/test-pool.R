@@ -44,6 +44,23 @@ test_that("the pool's events are named lists, by the wire's names", {
   expect_identical(shm_value(t), as.numeric(seq_len(3e5)))
 })
 
+test_that("a worker of another version of pageshare is refused at start, naming both versions", {
+  on.exit({
+    Sys.unsetenv("PAGESHARE_POOL_TEST_VERSION")
+    stop_workers()
+  }, add = TRUE)
+  stop_workers()
+  # (a variable for tests only: the worker claims this version in its hello)
+  Sys.setenv(PAGESHARE_POOL_TEST_VERSION = "0.0.0-other")
+  err <- expect_error(start_workers(2), class = "pageshare_worker_setup")
+  expect_match(conditionMessage(err), "runs pageshare 0.0.0-other", fixed = TRUE)
+  expect_match(conditionMessage(err), sprintf("this session pageshare %s", packageVersion("pageshare")), fixed = TRUE)
+  expect_length(pool_pids(), 0L)
+  Sys.unsetenv("PAGESHARE_POOL_TEST_VERSION")
+  expect_length(start_workers(1), 1L)
+  expect_identical(shm_value(shm_call(function() "same version")), "same version")
+})
+
 test_that("large arguments reach the worker as views and large values come back as views", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(2)

@@ -4,7 +4,7 @@
 //! any exit, `kill -9` included: the worker's rings are closed and the master
 //! woken at once), replace a worker that died, and stop them all.
 
-use crate::handshake::{check_hello, hex, HELLO_LEN, SECRET_LEN};
+use crate::handshake::{hex, Hello, HELLO_LEN, SECRET_LEN};
 use crate::region::Region;
 use crate::ring::RingError;
 use crate::wait::{wait_until, Patience, StopReason, Waited};
@@ -70,6 +70,16 @@ const STDERR_KEEP: usize = 4096;
 
 /// The end of what a worker wrote to its standard error (kept for messages).
 type StderrTail = Arc<Mutex<Vec<u8>>>;
+
+/// What the master makes of a connection while its workers start.
+enum Admission {
+    /// The worker at this index of those starting, let in.
+    In(usize),
+    /// One of the workers starting, of another version (why, in words).
+    Refused { slot: u64, why: String },
+    /// Not one of them (or it failed to say who it is): ignored.
+    Stranger,
+}
 
 /// A worker process started but not yet connected.
 struct Starting {
@@ -174,17 +184,23 @@ impl Pool {
         while !children.is_empty() {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    if let Some(i) = self.admit(&stream, &children) {
-                        let s = children.swap_remove(i);
-                        let slot = s.slot;
-                        if !self.install(slot, s.child, stream, s.stderr) {
+                    let i = match self.admit(&stream, &children) {
+                        Admission::In(i) => i,
+                        Admission::Stranger => continue,
+                        Admission::Refused { slot, why } => {
                             abandon(children);
-                            return Err(PoolError::Start {
-                                slot,
-                                why: "no thread could be started to watch it".into(),
-                                stderr: String::new(),
-                            });
+                            return Err(PoolError::Start { slot, why, stderr: String::new() });
                         }
+                    };
+                    let s = children.swap_remove(i);
+                    let slot = s.slot;
+                    if !self.install(slot, s.child, stream, s.stderr) {
+                        abandon(children);
+                        return Err(PoolError::Start {
+                            slot,
+                            why: "no thread could be started to watch it".into(),
+                            stderr: String::new(),
+                        });
                     }
                     continue;
                 }
@@ -222,22 +238,39 @@ impl Pool {
         Ok(())
     }
 
-    /// The index in `children` of the worker on `stream`, if it proves to be
-    /// one of them.
-    fn admit(&self, stream: &UnixStream, children: &[Starting]) -> Option<usize> {
+    /// Whether the worker on `stream` proves to be one of `children`, and
+    /// runs this build's wire.
+    fn admit(&self, stream: &UnixStream, children: &[Starting]) -> Admission {
+        let Some((i, hello)) = self.identify(stream, children) else {
+            return Admission::Stranger;
+        };
+        // (one of ours, of another version: the pool cannot start; its
+        // connection is closed unanswered, so it ends)
+        if let Err(why) = hello.same_versions() {
+            return Admission::Refused { slot: hello.slot, why };
+        }
+        let sent = os::send_with_descriptor(stream, b"ok", self.region.file()).is_ok();
+        if sent && stream.set_read_timeout(None).is_ok() {
+            Admission::In(i)
+        } else {
+            Admission::Stranger
+        }
+    }
+
+    /// The index in `children` of the worker on `stream` and its hello, if
+    /// it proves to be one of them.
+    fn identify(&self, stream: &UnixStream, children: &[Starting]) -> Option<(usize, Hello)> {
         stream.set_nonblocking(false).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         let (pid, uid) = os::peer_credentials(stream).ok()?;
         if uid != os::euid() {
             return None;
         }
-        let mut hello = [0u8; HELLO_LEN];
-        (&*stream).read_exact(&mut hello).ok()?;
-        let slot = check_hello(&hello, &self.secret)?;
-        let i = children.iter().position(|s| s.slot == slot && s.child.id() == pid)?;
-        os::send_with_descriptor(stream, b"ok", self.region.file()).ok()?;
-        stream.set_read_timeout(None).ok()?;
-        Some(i)
+        let mut bytes = [0u8; HELLO_LEN];
+        (&*stream).read_exact(&mut bytes).ok()?;
+        let hello = Hello::decode(&bytes, &self.secret)?;
+        let i = children.iter().position(|s| s.slot == hello.slot && s.child.id() == pid)?;
+        Some((i, hello))
     }
 
     /// Takes the admitted worker into `slot` with a thread that watches its

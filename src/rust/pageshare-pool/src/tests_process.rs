@@ -2,7 +2,6 @@
 //! the arguments that run only `worker_main` (an ignored test that does
 //! nothing unless a pool started it).
 
-use crate::handshake::{check_hello, hello};
 use crate::pool::{Launch, Pool, PoolError, Received};
 use crate::wait::{Patience, StopReason};
 use std::time::{Duration, Instant};
@@ -173,16 +172,16 @@ fn a_worker_that_cannot_start_is_an_error_with_its_last_words() {
 }
 
 #[test]
-fn only_the_pools_secret_opens_the_door() {
-    let secret = [7u8; 32];
-    assert_eq!(check_hello(&hello(4, &secret), &secret), Some(4));
-    let mut wrong = secret;
-    wrong[31] ^= 1;
-    assert_eq!(check_hello(&hello(4, &wrong), &secret), None);
-    assert_eq!(check_hello(&hello(4, &secret)[..40], &secret), None);
-    let mut bad_magic = hello(4, &secret);
-    bad_magic[0] = b'x';
-    assert_eq!(check_hello(&bad_magic, &secret), None);
+fn a_worker_of_another_version_is_refused_at_start_with_both_versions() {
+    let mut launch = worker_launch();
+    launch.env.push((crate::worker::ENV_TEST_VERSION.into(), "0.0.0-other".into()));
+    match Pool::start(2, 4096, launch) {
+        Err(PoolError::Start { why, .. }) => {
+            assert!(why.contains("pageshare 0.0.0-other"), "{why}");
+            assert!(why.contains(&format!("pageshare {}", crate::wire::PACKAGE_VERSION)), "{why}");
+        }
+        other => panic!("expected a start error, got {:?}", other.map(|_| ())),
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! once (through the caller's `master_gone`) when it closes (the master exited, was killed, or stopped the pool),
 //! also in the middle of a task.
 
-use crate::handshake::{hello, secret_from_hex};
+use crate::handshake::{secret_from_hex, Hello};
 use crate::region::Region;
 use pageshare_core::os;
 use std::io::Read;
@@ -14,6 +14,9 @@ use std::os::unix::net::UnixStream;
 pub const ENV_ADDRESS: &str = "PAGESHARE_POOL_ADDRESS";
 pub const ENV_SECRET: &str = "PAGESHARE_POOL_SECRET";
 pub const ENV_SLOT: &str = "PAGESHARE_POOL_SLOT";
+/// For tests only: the package version a worker claims in its hello instead
+/// of its own, to see its master refuse a worker of another version.
+pub const ENV_TEST_VERSION: &str = "PAGESHARE_POOL_TEST_VERSION";
 
 /// A connected worker: its slot and the pool's region.
 pub struct Connection {
@@ -38,11 +41,18 @@ pub fn connect_from_env(master_gone: fn() -> !) -> std::io::Result<Connection> {
     let secret = secret_from_hex(&var(ENV_SECRET)?).ok_or_else(|| invalid(format!("{ENV_SECRET} is malformed")))?;
     let slot: u64 = var(ENV_SLOT)?.parse().map_err(|_| invalid(format!("{ENV_SLOT} is malformed")))?;
     let socket = os::connect_abstract(&address)?;
-    os::send_all(&socket, &hello(slot, &secret))?;
+    let mut hello = Hello::ours(slot);
+    if let Ok(v) = std::env::var(ENV_TEST_VERSION) {
+        hello.package = v;
+    }
+    os::send_all(&socket, &hello.encode(&secret).map_err(|e| invalid(e.to_string()))?)?;
     let mut reply = [0u8; 2];
     let (n, file) = os::receive_with_descriptor(&socket, &mut reply)?;
     if n != 2 || &reply != b"ok" {
-        return Err(invalid("the pool's master refused this worker"));
+        return Err(invalid(format!(
+            "the pool's master refused this worker (pageshare {}, wire {})",
+            hello.package, hello.wire
+        )));
     }
     let region = Region::open(file)?;
     if slot >= region.slots() {
