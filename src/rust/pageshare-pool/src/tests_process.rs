@@ -10,11 +10,11 @@ const SLEEP: u64 = u64::MAX - 1;
 /// The body names a file: the worker ends once it exists.
 const DIE_WHEN_FILE: u64 = u64::MAX;
 
-fn never() -> impl FnMut() -> Option<StopReason> {
+pub(crate) fn never() -> impl FnMut() -> Option<StopReason> {
     || None
 }
 
-fn self_as(role: &str) -> Launch {
+pub(crate) fn self_as(role: &str) -> Launch {
     Launch {
         program: std::env::current_exe().unwrap(),
         args: ["--exact", role, "--ignored", "--nocapture", "--test-threads=1", "-q"].map(String::from).to_vec(),
@@ -27,12 +27,12 @@ fn worker_launch() -> Launch {
     self_as("tests_process::worker_main")
 }
 
-fn gone(pid: u32) -> bool {
+pub(crate) fn gone(pid: u32) -> bool {
     !std::path::Path::new(&format!("/proc/{pid}")).exists()
         || pageshare_core::os::process_state(pid).is_none_or(|s| s == 'Z' || s == 'X')
 }
 
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     let until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < until {
         if cond() {

@@ -9,17 +9,15 @@
 //! order and R raises the interrupt afterwards (see `pool_receive`).
 
 use crate::boundary::{entry, ErrorKind, RError};
-use crate::pool_master::{no_pool, pool, shrink, Master};
+use crate::pool_master::{damaged, master_give_up, no_pool, pool, shrink, RMaster};
 use crate::r_calls::{alloc_vector, as_integer, as_real, raw_vec, scalar_integer, string_arg, Protect};
 use crate::r_sys::*;
-use pageshare_pool::dispatch::Dispatch;
 use pageshare_pool::pool::{Launch, Pool};
 use pageshare_pool::ring::RingError;
 use pageshare_pool::rng::stream_after;
 use pageshare_pool::wait::Patience;
 use pageshare_pool::wire::{Header, TASK_FIELDS};
 use pageshare_pool::worker::{connect_from_env, Connection};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -93,23 +91,14 @@ pub extern "C" fn ps_pool_start_rs(
         };
         let mut guard = pool()?;
         if let Some(old) = guard.take() {
-            old.stop();
+            crate::pool_master::stop(old);
         }
         let started = Pool::start(n as u64, capacity as u64, launch)
             .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        // (a message larger than a quarter of a ring goes only to an idle worker)
-        let dispatch = Dispatch::new(n as usize, depth.max(1.0) as usize, capacity as usize / 4);
-        *guard = Some(Master {
-            pool: started,
-            dispatch,
-            cores: cores.max(1.0) as usize,
-            spin: Duration::from_micros(spin.clamp(0.0, 1e6) as u64),
-            dispatch_due: false,
-            arrived: VecDeque::new(),
-            scanned: vec![0; n as usize],
-        });
+        let spin = Duration::from_micros(spin.clamp(0.0, 1e6) as u64);
+        *guard = Some(RMaster::new(started, capacity as u64, depth.max(1.0) as usize, cores.max(1.0) as usize, spin));
         crate::pool_master::owned_here();
-        pids(&guard.as_ref().expect("just set").pool)
+        pids(guard.as_ref().expect("just set").pool())
     })
 }
 
@@ -129,7 +118,7 @@ pub extern "C" fn ps_pool_stop_rs() -> SEXP {
         let old = pool()?.take();
         let was = old.is_some();
         if let Some(m) = old {
-            m.stop();
+            crate::pool_master::stop(m);
         }
         crate::r_calls::scalar_logical(was as i32)
     })
@@ -139,7 +128,7 @@ pub extern "C" fn ps_pool_stop_rs() -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_pool_pids_rs() -> SEXP {
     entry(|| match pool()?.as_ref() {
-        Some(m) => pids(&m.pool),
+        Some(m) => pids(m.pool()),
         None => alloc_vector(SEXPTYPE::INTSXP, 0),
     })
 }
@@ -150,11 +139,11 @@ pub extern "C" fn ps_pool_fill_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let mut guard = pool()?;
         let m = guard.as_mut().ok_or_else(no_pool)?;
-        let slot = crate::args::slot_arg(slot, m.pool.size())?;
-        m.pool.fill(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        m.dispatch.filled(slot as usize);
-        crate::pool_master::send_waiting(m)?;
-        scalar_integer(m.pool.pid(slot) as i32)
+        let slot = crate::args::slot_arg(slot, m.pool().size())?;
+        m.fill(slot, &mut master_give_up(None))
+            .map_err(damaged)?
+            .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
+        scalar_integer(m.pool().pid(slot) as i32)
     })
 }
 
@@ -164,8 +153,8 @@ pub extern "C" fn ps_pool_stderr_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let guard = pool()?;
         let m = guard.as_ref().ok_or_else(no_pool)?;
-        let slot = crate::args::slot_arg(slot, m.pool.size())?;
-        crate::r_calls::scalar_string(&m.pool.stderr_tail(slot))
+        let slot = crate::args::slot_arg(slot, m.pool().size())?;
+        crate::r_calls::scalar_string(&m.pool().stderr_tail(slot))
     })
 }
 
