@@ -52,6 +52,7 @@ pageshare_messages <- list(
   task_interrupted = "task %s was abandoned when a wait for the pool was interrupted (Ctrl-C): its worker was restarted and its value is lost; no worker died. Submit it again with shm_call()",
   pool_task_failed = "`FUN` failed in %s: %s",
   pool_out_of_step = "pageshare's pool is out of step: worker %d answered message %s where %s was due (please report this); stop_workers() starts afresh",
+  pool_unknown_event = "pageshare's pool gave an event '%s' that this version of pageshare does not know (please report this); stop_workers() starts afresh",
   pool_worker_replaced = "worker process %s of pageshare's pool died while it was idle (killed, or ended by the out-of-memory killer); a new worker has taken its place",
   pool_worker_died = "worker process %s of pageshare's pool died while running %s of %s (killed, crashed, or ended by the out-of-memory killer); a new worker has taken its place",
   map_x = "`X` must be a vector or a list, not %s",
@@ -69,6 +70,7 @@ pageshare_message_kinds <- c(
   need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
   worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
+  pool_unknown_event = "internal",
   need_progressr = "missing_package",
   foreign_internal = "internal", received_handle = "segment_gone")
 

@@ -31,7 +31,7 @@ pool_drive <- function(job) {
     # an earlier job that ended early: then wait for a reply)
     left <- is.null(job$failure) && job_fill(job)
     if ((!left && job$outstanding == 0L) || !is.null(job$failure)) break
-    if (pool_wait_event() == 4L) pageshare_stop("pool_out_of_step", 0L, "none", "a job's")
+    if (identical(pool_wait_event(), "idle")) pageshare_stop("pool_out_of_step", 0L, "none", "a job's")
   }
   # Items that other workers still run finish in the background: their
   # replies are dropped (the job, held by their pending entries, keeps what

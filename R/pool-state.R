@@ -122,26 +122,27 @@ pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_, resend
   pageshare_stop("pool_worker_died", shm_pool$pids[slot], "a message", "a worker just started")
 }
 
-# Waits for the next event of the pool and handles it; returns its code (see
-# ps_pool_next_event_rs in entry_pool_messages.rs, and 7: a reply delivered
-# in C, see src/pool_plain_path.c): 4 when no message is out
-# (unless `idle`, which waits for a death).
+# Waits for the next event of the pool and handles it; returns its name (see
+# `Event` in src/rust/pageshare-pool/src/wire.rs, and ps_pool_next_event_rs in
+# entry_pool_messages.rs; "delivered": a plain reply read and delivered in C,
+# see src/pool_plain_path.c): "idle" when no message is out (unless `idle`,
+# which waits for a death).
 pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
   pool_on_event(.Call(ps_pool_next_event_delivered, timeout, idle))
 }
 
-# Handles an event as ps_pool_next_event_delivered gives it; returns its code.
+# Handles an event as ps_pool_next_event_delivered gives it (a named list:
+# its name in `event`, its fields by name); returns its name.
 pool_on_event <- function(ev) {
-  switch(ev[[1L]] + 1L,
-         pool_on_reply(ev[[2L]], ev[[3L]], ev[[4L]]),
-         pool_on_death(ev[[2L]], ev[[3L]], ev[[4L]], ev[[5L]], ev[[6L]]),
-         pool_interrupted(),
-         NULL,
-         NULL,
-         pageshare_stop("pool_out_of_step", ev[[2L]], format(ev[[3L]]), format(ev[[4L]])),
-         pool_on_condition(ev[[2L]]),
-         NULL)
-  ev[[1L]]
+  switch(ev$event,
+         reply = pool_on_reply(ev$what, ev$payload, ev$plain),
+         died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting),
+         interrupted = pool_interrupted(),
+         out_of_step = pageshare_stop("pool_out_of_step", ev$slot, format(ev$tag), format(ev$expected)),
+         condition = pool_on_condition(ev$payload),
+         timed_out = , idle = , delivered = NULL,
+         pageshare_stop("pool_unknown_event", format(ev$event)))
+  ev$event
 }
 
 # A condition a worker's task signalled (see pool_worker_relay()), signalled

@@ -11,11 +11,14 @@
 #            a worker gets also carries the map itself (`stage`: FUN, X, dots
 #            and seed, serialized once for all workers), which the worker
 #            keeps until the next map.
-# With a message come three bits of its tag: `release`, the master holds
-# every result this worker handed over before, so their segments can be let
-# go; `plain`, a call with no handle inside (see plain_call() in R/pool.R),
+# A message reaches this loop as a named list (TASK_FIELDS in
+# src/rust/pageshare-pool/src/wire.rs): `tag` (its number), `payload`, and
+# three flags: `release`, the master holds every result this worker handed
+# over before, so their segments can be let go; `plain`, a call with no handle inside (see plain_call() in R/pool.R),
 # run in C (src/pool_plain_path.c); `scan`, the master let go of segments
-# since this worker's last message, so views of them may be stale.
+# since this worker's last message, so views of them may be stale; and
+# `shared`, the value of a plain call run in C on the way whose result is
+# worth sharing (else NULL).
 # Every message carries `threshold`, the master's size from which a result
 # travels as shared data.
 # The reply is a serialized list(status = "ok", value) or
@@ -34,14 +37,14 @@ pool_worker_main <- function() {
       # state to let go of; the first message it leaves is run here)
       msg <- .Call(ps_pool_worker_serve, pool_worker_clean(maps))
       if (is.null(msg)) return(TRUE)
-      reply <- if (length(msg) == 6L) {
-        pool_worker_shared_reply(msg[[6L]])
-      } else if (msg[[4L]]) {
-        pool_worker_plain(msg[[2L]], msg[[3L]], msg[[5L]], maps)
+      reply <- if (!is.null(msg$shared)) {
+        pool_worker_shared_reply(msg$shared)
+      } else if (msg$plain) {
+        pool_worker_plain(msg$payload, msg$release, msg$scan, maps)
       } else {
-        pool_worker_run(msg[[2L]], msg[[3L]], msg[[5L]], maps)
+        pool_worker_run(msg$payload, msg$release, msg$scan, maps)
       }
-      if (!pool_worker_reply(msg[[1L]], reply)) return(TRUE)
+      if (!pool_worker_reply(msg$tag, reply)) return(TRUE)
     }
   }
   # One handler for many messages (setting one up per message would cost

@@ -112,7 +112,7 @@ shm_value <- function(task) {
   }
   while (is.null(task$reply)) {
     # (a task of a pool stopped since, or one that no message carries any more)
-    if (!identical(task$generation, shm_pool$generation) || pool_wait_event() == 4L) {
+    if (!identical(task$generation, shm_pool$generation) || identical(pool_wait_event(), "idle")) {
       pool_lost_task(task)
     }
   }

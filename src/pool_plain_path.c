@@ -26,6 +26,37 @@ SEXP ps_pool_worker_next_rs(void);
 SEXP ps_pool_worker_reply_rs(SEXP tag, SEXP payload, SEXP plain, SEXP condition);
 SEXP ps_mapped_stale_rs(void);
 SEXP ps_release_handoffs_rs(void);
+SEXP ps_pool_delivered_event_rs(void);
+
+/* The pool's events and a worker's tasks are named lists, their names those
+ * of the wire (src/rust/pageshare-pool/src/wire.rs, made into R lists by
+ * src/rust/pageshare-r/src/wire_r.rs): read here by name, never by position.
+ * The index of the element `name` of `x`, or -1. */
+static R_xlen_t field_index(SEXP x, const char *name) {
+  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+  if (TYPEOF(x) != VECSXP || TYPEOF(names) != STRSXP) return -1;
+  for (R_xlen_t i = 0; i < XLENGTH(names); i++) {
+    if (strcmp(CHAR(STRING_ELT(names, i)), name) == 0) return i;
+  }
+  return -1;
+}
+
+/* The element `name` of `x` (NULL if it has none). */
+static SEXP field(SEXP x, const char *name) {
+  R_xlen_t i = field_index(x, name);
+  return i < 0 ? R_NilValue : VECTOR_ELT(x, i);
+}
+
+/* Is `ev` the pool's event called `name`? */
+static int is_event(SEXP ev, const char *name) {
+  SEXP e = field(ev, "event");
+  return TYPEOF(e) == STRSXP && XLENGTH(e) == 1 && strcmp(CHAR(STRING_ELT(e, 0)), name) == 0;
+}
+
+/* Is the logical field `name` of `x` TRUE? */
+static int field_true(SEXP x, const char *name) {
+  return Rf_asLogical(field(x, name)) == TRUE;
+}
 
 /* Is `x` a number as the option pageshare.threshold must be (one number,
  * not NA, >= 0)? Anything else (also a valid value of another form) is
@@ -115,24 +146,21 @@ static SEXP unreadable_reply(void) {
 /* The pool's next event as ps_pool_next_event gives it (see
  * entry_pool_messages.rs), except a plain reply to a call (its `what` the
  * task, an environment): that is read and delivered here, as `reply` in the
- * task, and the event is list(7). Until the reply is read the task holds
- * the unreadable reply: an error in reading (no memory) goes on to the
+ * task, and the event is "delivered". Until the reply is read the task
+ * holds the unreadable reply: an error in reading (no memory) goes on to the
  * caller, and the task fails. */
 SEXP ps_pool_next_event_delivered(SEXP timeout, SEXP idle) {
   SEXP ev = PROTECT(ps_rust(ps_pool_next_event_rs(timeout, idle)));
-  if (Rf_asInteger(VECTOR_ELT(ev, 0)) != 0 || !Rf_asLogical(VECTOR_ELT(ev, 3)) ||
-      TYPEOF(VECTOR_ELT(ev, 1)) != ENVSXP) {
+  SEXP task = field(ev, "what");
+  if (!is_event(ev, "reply") || !field_true(ev, "plain") || TYPEOF(task) != ENVSXP) {
     UNPROTECT(1);
     return ev;
   }
   make_constants();
-  SEXP task = VECTOR_ELT(ev, 1);
   Rf_defineVar(sym_reply, unreadable_reply(), task);
-  Rf_defineVar(sym_reply, ps_unserialize(VECTOR_ELT(ev, 2)), task);
-  SEXP delivered = PROTECT(Rf_allocVector(VECSXP, 1));
-  SET_VECTOR_ELT(delivered, 0, Rf_ScalarInteger(7));
-  UNPROTECT(2);
-  return delivered;
+  Rf_defineVar(sym_reply, ps_unserialize(field(ev, "payload")), task);
+  UNPROTECT(1);
+  return ps_rust(ps_pool_delivered_event_rs());
 }
 
 /* Is `reply` a call's reply that says "ok" (list(status = "ok", value))? */
@@ -144,7 +172,7 @@ static int reply_ok(SEXP reply) {
 
 /* shm_value(task) while it is plain: the task's value as list(value) once
  * its reply says "ok" (read here too when it arrives while this waits, as
- * event 7 of ps_pool_next_event_delivered()). Anything else is left to
+ * the event "delivered" of ps_pool_next_event_delivered()). Anything else is left to
  * shm_value() in R: NULL when the task is not one, has failed or belongs to
  * a pool stopped since; list(NULL, event) when the pool had another event
  * for R to handle first. */
@@ -171,7 +199,7 @@ SEXP ps_task_value_plain(SEXP task, SEXP generation) {
       return R_NilValue;
     }
     SEXP ev = PROTECT(ps_pool_next_event_delivered(forever, Rf_ScalarLogical(FALSE)));
-    if (Rf_asInteger(VECTOR_ELT(ev, 0)) == 7) {
+    if (is_event(ev, "delivered")) {
       UNPROTECT(1);
       continue;
     }
@@ -186,32 +214,34 @@ SEXP ps_task_value_plain(SEXP task, SEXP generation) {
  * `clean` says that no earlier message left state to let go of first (see
  * pool_worker_clean() in R/pool-worker.R), and a message that says views may
  * be stale (`scan`) finds none. Returns the first message it leaves to R, as
- * ps_pool_worker_next gives it (`list(tag, payload, release, plain, scan)`),
- * with a sixth element when it ran the call and its value holds data worth
- * sharing (ps_pool_run_plain's list(value, threshold); the segments handed
- * over before were let go); NULL when the pool stops. */
+ * ps_pool_worker_next gives it (a named list: `tag`, `payload`, `release`,
+ * `plain`, `scan`, `shared`), with `shared` set when it ran the call and its
+ * value holds data worth sharing (ps_pool_run_plain's list(value,
+ * threshold); the segments handed over before were let go, so `release` is
+ * then FALSE); NULL when the pool stops. */
 SEXP ps_pool_worker_serve(SEXP clean) {
   int may = Rf_asLogical(clean) == TRUE;
   make_constants();
   for (;;) {
     SEXP msg = PROTECT(ps_rust(ps_pool_worker_next_rs()));
     /* (views of released segments are collected by R first, with a gc()) */
-    if (msg == R_NilValue || !may || !Rf_asLogical(VECTOR_ELT(msg, 3)) ||
-        (Rf_asLogical(VECTOR_ELT(msg, 4)) && Rf_asInteger(ps_rust(ps_mapped_stale_rs())) > 0)) {
+    if (msg == R_NilValue || !may || !field_true(msg, "plain") ||
+        (field_true(msg, "scan") && Rf_asInteger(ps_rust(ps_mapped_stale_rs())) > 0)) {
       UNPROTECT(1);
       return msg;
     }
-    if (Rf_asLogical(VECTOR_ELT(msg, 2))) ps_rust(ps_release_handoffs_rs());
-    SEXP out = PROTECT(ps_pool_run_plain(VECTOR_ELT(msg, 1)));
+    if (field_true(msg, "release")) ps_rust(ps_release_handoffs_rs());
+    SEXP out = PROTECT(ps_pool_run_plain(field(msg, "payload")));
     if (TYPEOF(out) != RAWSXP) {
-      SEXP left = PROTECT(Rf_allocVector(VECSXP, 6));
-      for (int i = 0; i < 5; i++) SET_VECTOR_ELT(left, i, VECTOR_ELT(msg, i));
-      SET_VECTOR_ELT(left, 2, Rf_ScalarLogical(FALSE));
-      SET_VECTOR_ELT(left, 5, out);
-      UNPROTECT(3);
-      return left;
+      /* (a fresh list, made for this call: set in place) */
+      R_xlen_t release = field_index(msg, "release"), shared = field_index(msg, "shared");
+      if (release < 0 || shared < 0) Rf_error("a task of pageshare's pool without its fields");
+      SET_VECTOR_ELT(msg, release, Rf_ScalarLogical(FALSE));
+      SET_VECTOR_ELT(msg, shared, out);
+      UNPROTECT(2);
+      return msg;
     }
-    SEXP sent = ps_rust(ps_pool_worker_reply_rs(VECTOR_ELT(msg, 0), out, Rf_ScalarLogical(TRUE), Rf_ScalarLogical(FALSE)));
+    SEXP sent = ps_rust(ps_pool_worker_reply_rs(field(msg, "tag"), out, Rf_ScalarLogical(TRUE), Rf_ScalarLogical(FALSE)));
     UNPROTECT(2);
     if (Rf_asLogical(sent) != TRUE) return R_NilValue;
   }

@@ -21,6 +21,46 @@ test_that("a task runs on a worker and its value comes back", {
   expect_identical(shm_value(t), "once")
 })
 
+test_that("the pool's events are named lists, by the wire's names", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  next_event <- function(timeout, idle) .Call(pageshare:::ps_pool_next_event_delivered, timeout, idle)
+  expect_identical(next_event(NA_real_, FALSE), list(event = "idle"))
+  expect_identical(next_event(0.05, TRUE), list(event = "timed_out"))
+  # a plain call's reply is delivered to its task on the way
+  t <- shm_call(function() 42L)
+  expect_identical(next_event(NA_real_, FALSE), list(event = "delivered"))
+  expect_identical(t$reply$value, 42L)
+  # a reply that may hold handles (a value worth sharing) comes to R whole,
+  # its fields by name
+  t <- shm_call(function(n) as.numeric(seq_len(n)), 3e5)
+  ev <- next_event(NA_real_, FALSE)
+  expect_named(ev, c("event", "what", "payload", "plain"))
+  expect_identical(ev$event, "reply")
+  expect_identical(ev$what, t)
+  expect_false(ev$plain)
+  expect_true(is.raw(ev$payload))
+  expect_identical(pageshare:::pool_on_event(ev), "reply")
+  expect_identical(shm_value(t), as.numeric(seq_len(3e5)))
+})
+
+test_that("a worker of another version of pageshare is refused at start, naming both versions", {
+  on.exit({
+    Sys.unsetenv("PAGESHARE_POOL_TEST_VERSION")
+    stop_workers()
+  }, add = TRUE)
+  stop_workers()
+  # (a variable for tests only: the worker claims this version in its hello)
+  Sys.setenv(PAGESHARE_POOL_TEST_VERSION = "0.0.0-other")
+  err <- expect_error(start_workers(2), class = "pageshare_worker_setup")
+  expect_match(conditionMessage(err), "runs pageshare 0.0.0-other", fixed = TRUE)
+  expect_match(conditionMessage(err), sprintf("this session pageshare %s", packageVersion("pageshare")), fixed = TRUE)
+  expect_length(pool_pids(), 0L)
+  Sys.unsetenv("PAGESHARE_POOL_TEST_VERSION")
+  expect_length(start_workers(1), 1L)
+  expect_identical(shm_value(shm_call(function() "same version")), "same version")
+})
+
 test_that("large arguments reach the worker as views and large values come back as views", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(2)

@@ -60,3 +60,25 @@ test_that("DEVELOPING.md's layout names every source file and folder, and only t
     expect_identical(sort(setdiff(b$names, present)), character(0), info = paste("not in the tree:", b$dir))
   }
 })
+
+test_that("only the pool's wire module defines the codes of its messages and events, and R and C read them by name", {
+  root <- source_root()
+  skip_if(is.null(root), "no source tree here (R CMD check): tools/test.sh runs this test")
+  crates <- file.path(root, "src", "rust", c("pageshare-pool", "pageshare-r"), "src")
+  rust <- list.files(crates, pattern = "\\.rs$", recursive = TRUE, full.names = TRUE)
+  wire <- file.path(root, "src", "rust", "pageshare-pool", "src", "wire.rs")
+  # (a flag bit of a tag, a version, or a code of a message or event)
+  defines <- function(f) {
+    any(grepl("const +(RELEASE|PLAIN|CONDITION|SCAN|FLAGS|WIRE_VERSION|PACKAGE_VERSION)\\b|<< *6[0-3]\\b",
+              readLines(f, warn = FALSE)))
+  }
+  expect_true(defines(wire))
+  expect_identical(basename(Filter(defines, setdiff(rust, wire))), character(0))
+  # Events and a worker's tasks are named lists: nothing reads them by position.
+  rc <- c(list.files(file.path(root, "R"), "\\.R$", full.names = TRUE),
+          list.files(file.path(root, "src"), "\\.c$", full.names = TRUE))
+  positional <- function(f) {
+    any(grepl("\\b(ev|msg)\\[\\[[0-9]|VECTOR_ELT\\((ev|msg), *[0-9]|ScalarInteger\\(7\\)", readLines(f, warn = FALSE)))
+  }
+  expect_identical(basename(Filter(positional, rc)), character(0))
+})

@@ -20,10 +20,10 @@ pub struct Sent<W> {
     pub resend: Option<Message>,
 }
 
-/// A message's bytes and its flags (bits of its tag).
+/// A message's bytes, and whether it holds no handle (see wire.rs's `PLAIN`).
 pub struct Message {
     pub payload: Vec<u8>,
-    pub flags: u64,
+    pub plain: bool,
 }
 
 /// A message waiting for a worker with room.
@@ -210,7 +210,7 @@ mod tests {
     use super::*;
 
     fn msg(bytes: usize) -> Message {
-        Message { payload: vec![0; bytes], flags: 0 }
+        Message { payload: vec![0; bytes], plain: false }
     }
 
     fn send(d: &mut Dispatch<&'static str>, slot: usize, what: &'static str, keep: bool) -> u64 {

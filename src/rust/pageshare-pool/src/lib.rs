@@ -12,20 +12,27 @@
 //! - [`handshake`]: how a worker proves it is one the master started;
 //! - [`pool`]: the master's side: start, admit, watch, replace and stop workers;
 //! - [`dispatch`]: the master's bookkeeping of which worker has which message;
+//! - [`master`]: the master's state machine: sending, waits and their events;
 //! - [`worker`]: the worker's side: connect, and die with the master;
-//! - [`rng`]: the random-number stream of each element of a map.
+//! - [`rng`]: the random-number stream of each element of a map;
+//! - [`wire`]: every code of the pool's messages and events, their versions,
+//!   and the encoding of frame and message headers.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod dispatch;
 pub mod handshake;
+pub mod master;
 pub mod pool;
 pub mod region;
 pub mod ring;
 pub mod rng;
 pub mod wait;
+pub mod wire;
 pub mod worker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_master;
 #[cfg(test)]
 mod tests_process;

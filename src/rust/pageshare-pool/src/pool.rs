@@ -5,7 +5,7 @@
 //! any exit, `kill -9` included: the worker's rings are closed and the master
 //! woken at once), replace a worker that died, and stop them all.
 
-use crate::handshake::{check_hello, hex, HELLO_LEN, SECRET_LEN};
+use crate::handshake::{hex, Hello, HELLO_LEN, SECRET_LEN};
 use crate::region::Region;
 use crate::ring::RingError;
 use crate::wait::{wait_until, Patience, StopReason, Waited};
@@ -95,6 +95,12 @@ struct Knock {
 enum Heard {
     Waiting,
     Refused,
+    /// One of the workers starting, of another version (why, in words): the
+    /// pool cannot start.
+    OtherVersion {
+        slot: u64,
+        why: String,
+    },
     /// Admitted: the index of its process in the workers being started.
     Admitted(usize),
 }
@@ -243,6 +249,12 @@ impl Pool {
                     Heard::Waiting | Heard::Refused => {
                         knocks.swap_remove(k);
                     }
+                    // (one of ours, of another version: the pool cannot start;
+                    // its connection is closed unanswered, so it ends)
+                    Heard::OtherVersion { slot, why } => {
+                        abandon(children);
+                        return Err(PoolError::Start { slot, why, stderr: String::new() });
+                    }
                     Heard::Admitted(i) => {
                         let stream = knocks.swap_remove(k).stream;
                         let s = children.swap_remove(i);
@@ -291,7 +303,8 @@ impl Pool {
 
     /// Reads what `knock` has sent so far: once its hello is whole, it is
     /// admitted if the hello carries this pool's secret and the slot of the
-    /// process that made the connection (its index in `children`), else refused.
+    /// process that made the connection (its index in `children`) and this
+    /// build's wire and package versions; else refused.
     fn hear(&self, knock: &mut Knock, children: &[Starting]) -> Heard {
         loop {
             match (&knock.stream).read(&mut knock.hello[knock.got..]) {
@@ -307,10 +320,13 @@ impl Pool {
                 Err(_) => return Heard::Refused,
             }
         }
-        let Some(slot) = check_hello(&knock.hello, &self.secret) else { return Heard::Refused };
-        let Some(i) = children.iter().position(|s| s.slot == slot && s.child.id() == knock.pid) else {
+        let Some(hello) = Hello::decode(&knock.hello, &self.secret) else { return Heard::Refused };
+        let Some(i) = children.iter().position(|s| s.slot == hello.slot && s.child.id() == knock.pid) else {
             return Heard::Refused;
         };
+        if let Err(why) = hello.same_versions() {
+            return Heard::OtherVersion { slot: hello.slot, why };
+        }
         // (blocking from here on: the monitor thread reads it so)
         if knock.stream.set_nonblocking(false).is_err()
             || os::send_with_descriptor(&knock.stream, b"ok", self.region.file()).is_err()

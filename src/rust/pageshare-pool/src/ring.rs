@@ -14,13 +14,9 @@
 //! access outside the ring.
 
 use crate::wait::{wait_until, Doorbell, Patience, StopReason, Waited};
+use crate::wire::{Frame, FRAME_HEADER as HEADER};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
-const HEADER: u64 = 16;
-const MORE: u32 = 1; // the message continues in the next frame
-const WRAP: u32 = 2; // skip to the start of the ring
-const START: u32 = 4; // the first frame of a message
 
 #[repr(C, align(64))]
 struct Position(AtomicU64);
@@ -110,16 +106,15 @@ impl<'a> Ring<'a> {
     ) -> Result<(), RingError> {
         let max_chunk = (self.capacity / 4 - HEADER) as usize;
         let mut rest = payload;
-        let mut first = START;
+        let mut start = true;
         loop {
             let n = rest.len().min(max_chunk);
             let (chunk, after) = rest.split_at(n);
-            let flags = first | if after.is_empty() { 0 } else { MORE };
-            self.send_frame(tag, flags, chunk, patience, give_up)?;
+            self.send_frame(tag, start, !after.is_empty(), chunk, patience, give_up)?;
             if after.is_empty() {
                 return Ok(());
             }
-            first = 0;
+            start = false;
             rest = after;
         }
     }
@@ -127,7 +122,8 @@ impl<'a> Ring<'a> {
     fn send_frame(
         &self,
         tag: u64,
-        flags: u32,
+        start: bool,
+        more: bool,
         chunk: &[u8],
         patience: Patience,
         give_up: &mut dyn FnMut() -> Option<StopReason>,
@@ -158,7 +154,7 @@ impl<'a> Ring<'a> {
         }
         let mut at = offset;
         if skip > 0 {
-            self.write_header(at, 0, WRAP, 0);
+            self.write_header(at, Frame::Wrap);
             at = 0;
         }
         // SAFETY: at + HEADER + chunk.len() <= capacity (the frame fits before
@@ -167,14 +163,14 @@ impl<'a> Ring<'a> {
         unsafe {
             std::ptr::copy_nonoverlapping(chunk.as_ptr(), self.data.add((at + HEADER) as usize), chunk.len());
         }
-        self.write_header(at, chunk.len() as u32, flags, tag);
+        self.write_header(at, Frame::Part { len: chunk.len() as u32, tag, start, more });
         self.ctrl.head.0.store(head.wrapping_add(needed), Ordering::Release);
         self.data_bell.ring();
         Ok(())
     }
 
-    fn write_header(&self, at: u64, len: u32, flags: u32, tag: u64) {
-        let word = (len as u64) | ((flags as u64) << 32);
+    fn write_header(&self, at: u64, frame: Frame) {
+        let [word, tag] = frame.to_words();
         // SAFETY: at + 16 <= capacity (frames start at 16-byte boundaries) and
         // the 16 bytes are aligned to 8; volatile, as the peer maps them too.
         unsafe {
@@ -184,13 +180,13 @@ impl<'a> Ring<'a> {
         }
     }
 
-    fn read_header(&self, at: u64) -> (u32, u32, u64) {
+    fn read_header(&self, at: u64) -> Result<Frame, RingError> {
         // SAFETY: as in write_header (the caller checked at + 16 <= capacity).
         let (word, tag) = unsafe {
             let p = self.data.add(at as usize).cast::<u64>();
             (std::ptr::read_volatile(p), std::ptr::read_volatile(p.add(1)))
         };
-        (word as u32, (word >> 32) as u32, tag)
+        Frame::from_words(word, tag).map_err(|e| RingError::Corrupt(e.0))
     }
 
     /// Receives one message into `out` (cleared first) and returns its tag.
@@ -268,18 +264,17 @@ impl<'a> Ring<'a> {
             return Err(RingError::Corrupt("a frame shorter than its header"));
         }
         let offset = tail & (self.capacity - 1);
-        let (len, flags, tag) = self.read_header(offset);
-        if flags & WRAP != 0 {
-            let skip = self.capacity - offset;
-            if offset == 0 || skip > available {
-                return Err(RingError::Corrupt("a wrap marker in the wrong place"));
+        let (len, tag, first, more) = match self.read_header(offset)? {
+            Frame::Wrap => {
+                let skip = self.capacity - offset;
+                if offset == 0 || skip > available {
+                    return Err(RingError::Corrupt("a wrap marker in the wrong place"));
+                }
+                self.advance(tail, skip);
+                return Ok(None);
             }
-            self.advance(tail, skip);
-            return Ok(None);
-        }
-        if flags & !(MORE | START) != 0 {
-            return Err(RingError::Corrupt("unknown frame flags"));
-        }
+            Frame::Part { len, tag, start, more } => (len, tag, start, more),
+        };
         let frame = HEADER + padded(len as u64);
         if frame > available || offset + frame > self.capacity {
             return Err(RingError::Corrupt("a frame longer than what was published"));
@@ -298,7 +293,7 @@ impl<'a> Ring<'a> {
             out.set_len(start + len as usize);
         }
         self.advance(tail, frame);
-        Ok(Some((tag, flags & MORE != 0, flags & START != 0)))
+        Ok(Some((tag, more, first)))
     }
 
     /// The tags of the messages published but not yet begun by the consumer,
@@ -311,17 +306,15 @@ impl<'a> Ring<'a> {
         let mut tags = Vec::new();
         while head.wrapping_sub(pos) >= HEADER && head.wrapping_sub(pos) <= self.capacity && pos.is_multiple_of(16) {
             let offset = pos & (self.capacity - 1);
-            let (len, flags, tag) = self.read_header(offset);
-            let step = if flags & WRAP != 0 {
-                if offset == 0 {
-                    break;
+            let step = match self.read_header(offset) {
+                Ok(Frame::Wrap) if offset != 0 => self.capacity - offset,
+                Ok(Frame::Part { len, tag, start, .. }) => {
+                    if start {
+                        tags.push(tag);
+                    }
+                    HEADER + padded(len as u64)
                 }
-                self.capacity - offset
-            } else {
-                if flags & START != 0 {
-                    tags.push(tag);
-                }
-                HEADER + padded(len as u64)
+                _ => break,
             };
             if offset + step > self.capacity || step > head.wrapping_sub(pos) {
                 break;

@@ -2,7 +2,7 @@
 //! the arguments that run only `worker_main` (an ignored test that does
 //! nothing unless a pool started it).
 
-use crate::handshake::{check_hello, hello};
+use crate::handshake::Hello;
 use crate::pool::{Launch, Pool, PoolError, Received};
 use crate::wait::{Patience, StopReason};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,11 +13,11 @@ const SLEEP: u64 = u64::MAX - 1;
 /// The body names a file: the worker ends once it exists.
 const DIE_WHEN_FILE: u64 = u64::MAX;
 
-fn never() -> impl FnMut() -> Option<StopReason> {
+pub(crate) fn never() -> impl FnMut() -> Option<StopReason> {
     || None
 }
 
-fn self_as(role: &str) -> Launch {
+pub(crate) fn self_as(role: &str) -> Launch {
     Launch {
         program: std::env::current_exe().unwrap(),
         args: ["--exact", role, "--ignored", "--nocapture", "--test-threads=1", "-q"].map(String::from).to_vec(),
@@ -30,12 +30,12 @@ fn worker_launch() -> Launch {
     self_as("tests_process::worker_main")
 }
 
-fn gone(pid: u32) -> bool {
+pub(crate) fn gone(pid: u32) -> bool {
     !std::path::Path::new(&format!("/proc/{pid}")).exists()
         || pageshare_core::os::process_state(pid).is_none_or(|s| s == 'Z' || s == 'X')
 }
 
-fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     let until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < until {
         if cond() {
@@ -195,16 +195,16 @@ fn a_worker_that_cannot_start_is_an_error_with_its_last_words() {
 }
 
 #[test]
-fn only_the_pools_secret_opens_the_door() {
-    let secret = [7u8; 32];
-    assert_eq!(check_hello(&hello(4, &secret), &secret), Some(4));
-    let mut wrong = secret;
-    wrong[31] ^= 1;
-    assert_eq!(check_hello(&hello(4, &wrong), &secret), None);
-    assert_eq!(check_hello(&hello(4, &secret)[..40], &secret), None);
-    let mut bad_magic = hello(4, &secret);
-    bad_magic[0] = b'x';
-    assert_eq!(check_hello(&bad_magic, &secret), None);
+fn a_worker_of_another_version_is_refused_at_start_with_both_versions() {
+    let mut launch = worker_launch();
+    launch.env.push((crate::worker::ENV_TEST_VERSION.into(), "0.0.0-other".into()));
+    match Pool::start(2, 4096, launch) {
+        Err(PoolError::Start { why, .. }) => {
+            assert!(why.contains("pageshare 0.0.0-other"), "{why}");
+            assert!(why.contains(&format!("pageshare {}", crate::wire::PACKAGE_VERSION)), "{why}");
+        }
+        other => panic!("expected a start error, got {:?}", other.map(|_| ())),
+    }
 }
 
 /// Starts `master_main` (forking a child that holds its sockets when `fork`),
@@ -274,8 +274,8 @@ fn knock_while_starting(n: usize, started: Arc<AtomicBool>) -> std::thread::Join
             let Ok(s) = pageshare_core::os::connect_abstract(&address) else { break };
             let _ = match i % 3 {
                 0 => Ok(()),
-                1 => pageshare_core::os::send_all(&s, &hello(0, &[0u8; 32])[..20]),
-                _ => pageshare_core::os::send_all(&s, &hello(0, &[1u8; 32])),
+                1 => pageshare_core::os::send_all(&s, &Hello::ours(0).encode(&[0u8; 32]).unwrap()[..20]),
+                _ => pageshare_core::os::send_all(&s, &Hello::ours(0).encode(&[1u8; 32]).unwrap()),
             };
             if !started.load(Ordering::SeqCst) {
                 held.push(s);

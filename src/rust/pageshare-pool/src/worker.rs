@@ -8,7 +8,7 @@
 //! (`mcparallel()`, `mclapply()`) holds the master's end too and keeps it open
 //! after the master is gone.
 
-use crate::handshake::{hello, secret_from_hex};
+use crate::handshake::{secret_from_hex, Hello};
 use crate::region::Region;
 use pageshare_core::os;
 use pageshare_core::os::ProcessWatch;
@@ -20,6 +20,9 @@ use std::os::unix::net::UnixStream;
 pub const ENV_ADDRESS: &str = "PAGESHARE_POOL_ADDRESS";
 pub const ENV_SECRET: &str = "PAGESHARE_POOL_SECRET";
 pub const ENV_SLOT: &str = "PAGESHARE_POOL_SLOT";
+/// For tests only: the package version a worker claims in its hello instead
+/// of its own, to see its master refuse a worker of another version.
+pub const ENV_TEST_VERSION: &str = "PAGESHARE_POOL_TEST_VERSION";
 
 /// A connected worker: its slot, the pool's region, and its master as
 /// (pid, start time) (start time 0 where /proc cannot tell it).
@@ -61,11 +64,18 @@ pub fn connect_from_env(master_gone: fn() -> !) -> std::io::Result<Connection> {
         None if os::start_time(os::pid()).is_none() => (None, 0),
         None => return Err(gone()),
     };
-    os::send_all(&socket, &hello(slot, &secret))?;
+    let mut hello = Hello::ours(slot);
+    if let Ok(v) = std::env::var(ENV_TEST_VERSION) {
+        hello.package = v;
+    }
+    os::send_all(&socket, &hello.encode(&secret).map_err(|e| invalid(e.to_string()))?)?;
     let mut reply = [0u8; 2];
     let (n, file) = os::receive_with_descriptor(&socket, &mut reply)?;
     if n != 2 || &reply != b"ok" {
-        return Err(invalid("the pool's master refused this worker"));
+        return Err(invalid(format!(
+            "the pool's master refused this worker (pageshare {}, wire {})",
+            hello.package, hello.wire
+        )));
     }
     let region = Region::open(file)?;
     if slot >= region.slots() {

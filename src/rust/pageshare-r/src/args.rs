@@ -74,6 +74,27 @@ pub fn slots_arg(x: SEXP, size: usize) -> Result<Option<Vec<usize>>, RError> {
         .map(Some)
 }
 
+/// The bytes of the raw vector `x` (the argument `what`), alive while R
+/// holds `x`: the slice must not outlive the entry point's body.
+pub fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
+    // SAFETY: .Call argument on R's main thread.
+    if unsafe { TYPEOF(x) } != SEXPTYPE::RAWSXP {
+        return Err(RError::argument(format!("`{what}` must be a raw vector")));
+    }
+    // SAFETY: a raw vector, alive (referenced by R) for the whole .Call; the
+    // slice does not outlive the entry point's body.
+    unsafe { r_calls::vector_data::<u8>(x) }
+}
+
+/// A worker slot of a pool of `size` (1-based in R), 0-based.
+pub fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
+    let s = r_calls::as_integer(x)?;
+    if s < 1 || s as u64 > size {
+        return Err(RError::argument(format!("worker slot {s} is not one of the pool's 1..{size}")));
+    }
+    Ok(s as u64 - 1)
+}
+
 /// The bytes of a raw vector, or none for anything else (a blob of
 /// serialized attributes that may be NULL).
 ///

@@ -9,117 +9,28 @@
 //! order and R raises the interrupt afterwards (see `pool_receive`).
 
 use crate::boundary::{entry, ErrorKind, RError};
-use crate::entry_pool_messages::Arrived;
-use crate::r_calls::{
-    alloc_vector, as_integer, as_real, interrupted, list_of, raw_vec, scalar_integer, string_arg, Protect,
-};
+use crate::pool_master::{damaged, master_give_up, no_pool, pool, shrink, RMaster};
+use crate::r_calls::{alloc_vector, as_integer, as_real, raw_vec, scalar_integer, string_arg, Protect};
 use crate::r_sys::*;
-use pageshare_pool::dispatch::Dispatch;
 use pageshare_pool::pool::{Launch, Pool};
 use pageshare_pool::ring::RingError;
 use pageshare_pool::rng::stream_after;
-use pageshare_pool::wait::{Patience, StopReason};
+use pageshare_pool::wait::Patience;
+use pageshare_pool::wire::{Header, TASK_FIELDS};
 use pageshare_pool::worker::{connect_from_env, Connection};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The master's side of a running pool: its workers and what each has.
-pub struct Master {
-    pub pool: Pool,
-    /// The keys of what R does with each message's reply (see r_store.rs).
-    pub dispatch: Dispatch<usize>,
-    /// While fewer workers than this are busy, the master spins for a reply
-    /// before it sleeps (else its spinning would slow them down).
-    pub cores: usize,
-    pub spin: Duration,
-    /// Replies of the pool may be sent to a worker as soon as R has read
-    /// the last reply (see entry_pool_messages.rs).
-    pub dispatch_due: bool,
-    /// Messages read off the result rings before R asked for them, given to
-    /// R first, in order (see `harvest` in entry_pool_messages.rs).
-    pub arrived: VecDeque<Arrived>,
-    /// For each slot, this process's count of segments let go of when its
-    /// worker was last sent a message (see [`SCAN`]).
-    pub scanned: Vec<u64>,
-}
-
-impl Master {
-    /// Stops the workers; what R kept with their messages is let go.
-    fn stop(mut self) {
-        self.pool.stop();
-        for key in self.dispatch.drain() {
-            crate::r_store::take(key);
-        }
-        for a in self.arrived.drain(..) {
-            if let Arrived::Reply { what, .. } = a {
-                crate::r_store::take(what);
-            }
-        }
-    }
-}
-
-/// The master's pool, if one is running.
-static POOL: Mutex<Option<Master>> = Mutex::new(None);
 /// This process's connection to its master, if it is a worker.
 static WORKER: OnceLock<Connection> = OnceLock::new();
-/// A worker: the tag of the last message received (see `ps_pool_worker_running_rs`).
+/// A worker: the number of the last task received (see `ps_pool_worker_running_rs`).
 static RUNNING: AtomicU64 = AtomicU64::new(0);
-/// Reused for every message received (no allocation per message).
-static BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// A worker's buffer for what it receives (no allocation per message).
+static WORKER_BUFFER: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 
-/// The pool, locked. R is single-threaded, so the lock is only ever contended
-/// when R code that runs while we wait (an interrupt check may run event
-/// handlers) calls into the pool again: that is an error, never a deadlock.
-pub fn pool() -> Result<MutexGuard<'static, Option<Master>>, RError> {
-    let guard = match POOL.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => {
-            return Err(RError::argument("pageshare's worker pool is busy: it cannot be used from inside its own wait"))
-        }
-    };
-    // A forked child (mclapply, plan(multicore)) inherits the pool's memory
-    // and sockets but is not its master: it must not touch the rings.
-    let owner = POOL_OWNER.load(std::sync::atomic::Ordering::Relaxed);
-    if guard.is_some() && owner != pageshare_core::os::pid() {
-        return Err(RError::argument(format!(
-            "pageshare's worker pool belongs to process {owner}; a forked child cannot use it"
-        )));
-    }
-    Ok(guard)
-}
-
-/// The process that started the pool.
-static POOL_OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// A message buffer that grew past this is given back after use.
-const BUFFER_KEEP: usize = 1 << 20;
-
-pub fn shrink(buf: &mut Vec<u8>) {
-    if buf.capacity() > 4 * BUFFER_KEEP {
-        buf.clear();
-        buf.shrink_to(BUFFER_KEEP);
-    }
-}
-
-pub fn buffer() -> MutexGuard<'static, Vec<u8>> {
-    BUFFER.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Waits of the master end on an interrupt (checked after parked slices, and
-/// now and then while spinning) or at `deadline`.
-pub fn master_give_up(deadline: Option<Instant>) -> impl FnMut() -> Option<StopReason> {
-    move || {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            Some(StopReason::TimedOut)
-        } else if interrupted() {
-            Some(StopReason::Interrupted)
-        } else {
-            None
-        }
-    }
+fn worker_buffer() -> MutexGuard<'static, Vec<u8>> {
+    WORKER_BUFFER.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn strings_arg(x: SEXP, what: &str) -> Result<Vec<String>, RError> {
@@ -139,28 +50,6 @@ fn strings_arg(x: SEXP, what: &str) -> Result<Vec<String>, RError> {
             crate::r_calls::utf8_text(one, what)
         })
         .collect()
-}
-
-pub fn raw_arg(x: SEXP, what: &str) -> Result<&'static [u8], RError> {
-    // SAFETY: .Call argument on R's main thread.
-    if unsafe { TYPEOF(x) } != SEXPTYPE::RAWSXP {
-        return Err(RError::argument(format!("`{what}` must be a raw vector")));
-    }
-    // SAFETY: a raw vector, alive (referenced by R) for the whole .Call; the
-    // slice does not outlive the entry point's body.
-    unsafe { crate::r_calls::vector_data::<u8>(x) }
-}
-
-pub fn slot_arg(x: SEXP, size: u64) -> Result<u64, RError> {
-    let s = as_integer(x)?;
-    if s < 1 || s as u64 > size {
-        return Err(RError::argument(format!("worker slot {s} is not one of the pool's 1..{size}")));
-    }
-    Ok(s as u64 - 1)
-}
-
-pub fn no_pool() -> RError {
-    RError::argument("pageshare's worker pool is not running")
 }
 
 /// Starts a pool of `n` workers running `program args...` with the extra
@@ -204,23 +93,14 @@ pub extern "C" fn ps_pool_start_rs(
         };
         let mut guard = pool()?;
         if let Some(old) = guard.take() {
-            old.stop();
+            crate::pool_master::stop(old);
         }
         let started = Pool::start(n as u64, capacity as u64, launch)
             .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        // (a message larger than a quarter of a ring goes only to an idle worker)
-        let dispatch = Dispatch::new(n as usize, depth.max(1.0) as usize, capacity as usize / 4);
-        *guard = Some(Master {
-            pool: started,
-            dispatch,
-            cores: cores.max(1.0) as usize,
-            spin: Duration::from_micros(spin.clamp(0.0, 1e6) as u64),
-            dispatch_due: false,
-            arrived: VecDeque::new(),
-            scanned: vec![0; n as usize],
-        });
-        POOL_OWNER.store(pageshare_core::os::pid(), std::sync::atomic::Ordering::Relaxed);
-        pids(&guard.as_ref().expect("just set").pool)
+        let spin = Duration::from_micros(spin.clamp(0.0, 1e6) as u64);
+        *guard = Some(RMaster::new(started, capacity as u64, depth.max(1.0) as usize, cores.max(1.0) as usize, spin));
+        crate::pool_master::owned_here();
+        pids(guard.as_ref().expect("just set").pool())
     })
 }
 
@@ -240,7 +120,7 @@ pub extern "C" fn ps_pool_stop_rs() -> SEXP {
         let old = pool()?.take();
         let was = old.is_some();
         if let Some(m) = old {
-            m.stop();
+            crate::pool_master::stop(m);
         }
         crate::r_calls::scalar_logical(was as i32)
     })
@@ -250,31 +130,9 @@ pub extern "C" fn ps_pool_stop_rs() -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_pool_pids_rs() -> SEXP {
     entry(|| match pool()?.as_ref() {
-        Some(m) => pids(&m.pool),
+        Some(m) => pids(m.pool()),
         None => alloc_vector(SEXPTYPE::INTSXP, 0),
     })
-}
-
-/// The bit of a message's tag that tells the worker its master holds every
-/// result it handed over before (see R/pool-worker.R).
-pub const RELEASE: u64 = 1 << 63;
-/// The bit of a message's tag that says it holds no handle (see plain_call()
-/// in R/pool.R): the worker runs such a call in one step, the master reads
-/// such a reply in one step.
-pub const PLAIN: u64 = 1 << 62;
-/// The bit of a worker's message that says it is not a reply but a condition
-/// its task signalled, relayed at once (see R/pool-worker.R).
-pub const CONDITION: u64 = 1 << 61;
-/// The bit of a message's tag that tells the worker its master has let go of
-/// segments since its last message: views of them may be stale (see
-/// collect_stale_views() in R/cluster.R). Without it the worker need not look.
-pub const SCAN: u64 = 1 << 60;
-/// Every flag bit of a tag (the rest is the message's number).
-pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN;
-
-/// `bit` if the R flag `x` is TRUE, else 0.
-pub fn flag_bit(x: SEXP, bit: u64) -> Result<u64, RError> {
-    Ok(if crate::args::flag_arg(x)? { bit } else { 0 })
 }
 
 /// Starts a worker in the empty `slot`; returns its process id.
@@ -283,11 +141,11 @@ pub extern "C" fn ps_pool_fill_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let mut guard = pool()?;
         let m = guard.as_mut().ok_or_else(no_pool)?;
-        let slot = slot_arg(slot, m.pool.size())?;
-        m.pool.fill(slot).map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
-        m.dispatch.filled(slot as usize);
-        crate::entry_pool_messages::send_waiting(m)?;
-        scalar_integer(m.pool.pid(slot) as i32)
+        let slot = crate::args::slot_arg(slot, m.pool().size())?;
+        m.fill(slot, &mut master_give_up(None))
+            .map_err(damaged)?
+            .map_err(|e| RError::new(ErrorKind::WorkerSetup, e.to_string()))?;
+        scalar_integer(m.pool().pid(slot) as i32)
     })
 }
 
@@ -297,8 +155,8 @@ pub extern "C" fn ps_pool_stderr_rs(slot: SEXP) -> SEXP {
     entry(|| {
         let guard = pool()?;
         let m = guard.as_ref().ok_or_else(no_pool)?;
-        let slot = slot_arg(slot, m.pool.size())?;
-        crate::r_calls::scalar_string(&m.pool.stderr_tail(slot))
+        let slot = crate::args::slot_arg(slot, m.pool().size())?;
+        crate::r_calls::scalar_string(&m.pool().stderr_tail(slot))
     })
 }
 
@@ -327,25 +185,30 @@ fn worker() -> Result<&'static Connection, RError> {
     WORKER.get().ok_or_else(|| RError::argument("this process is not a worker of pageshare's pool"))
 }
 
-/// A worker: the next task as `list(tag, payload, release, plain, scan)`, waiting as long as it
-/// takes; NULL when the pool closed this worker's ring (the pool stopped).
+/// A worker: the next task as a named list of `TASK_FIELDS` (wire.rs):
+/// `list(tag, payload, release, plain, scan, shared = NULL)`, waiting as
+/// long as it takes; NULL when the pool closed this worker's ring (the pool
+/// stopped).
 #[no_mangle]
 pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
     entry(|| {
         let c = worker()?;
-        let mut buf = buffer();
+        let mut buf = worker_buffer();
         // (an idle worker parks in slices of a second: it has nothing else to check)
         let patience = Patience { slice: Duration::from_secs(1), ..Patience::default() };
         match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
             Ok(tag) => {
-                RUNNING.store(tag & !FLAGS, Ordering::Relaxed);
+                let h = Header::decode_task(tag)
+                    .map_err(|e| RError::system(format!("the pool's task ring is damaged: {e}")))?;
+                RUNNING.store(h.number, Ordering::Relaxed);
                 let mut scope = Protect::new();
-                let t = scope.protect(crate::r_calls::scalar_real((tag & !FLAGS) as f64)?)?;
+                let t = scope.protect(crate::r_calls::scalar_real(h.number as f64)?)?;
                 let payload = scope.protect(raw_vec(&buf)?)?;
-                let mut bit = |b: u64| scope.protect(crate::r_calls::scalar_logical((tag & b != 0) as i32)?);
-                let (release, plain, scan) = (bit(RELEASE)?, bit(PLAIN)?, bit(SCAN)?);
+                let mut bit = |b: bool| scope.protect(crate::r_calls::scalar_logical(b as i32)?);
+                let (release, plain, scan) = (bit(h.release)?, bit(h.plain)?, bit(h.scan)?);
                 shrink(&mut buf);
-                list_of(&[t, payload, release, plain, scan])
+                let fields: [SEXP; TASK_FIELDS.len()] = [t, payload, release, plain, scan, nil()];
+                crate::wire_r::task(&fields)
             }
             Err(RingError::Stopped(_)) => Ok(nil()),
             Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
@@ -367,8 +230,14 @@ pub extern "C" fn ps_pool_worker_running_rs() -> SEXP {
 pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP, plain: SEXP, condition: SEXP) -> SEXP {
     entry(|| {
         let c = worker()?;
-        let tag = as_real(tag)? as u64 | flag_bit(plain, PLAIN)? | flag_bit(condition, CONDITION)?;
-        let bytes = raw_arg(payload, "payload")?;
+        let number = as_real(tag)? as u64;
+        let header = if crate::args::flag_arg(condition)? {
+            Header::condition(number)
+        } else {
+            Header::reply(number, crate::args::flag_arg(plain)?)
+        };
+        let tag = header.encode().map_err(|e| RError::argument(format!("not a reply of the pool: {e}")))?;
+        let bytes = crate::args::raw_arg(payload, "payload")?;
         let sent = match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
             Ok(()) => true,
             Err(RingError::Stopped(_)) => false,

@@ -17,6 +17,7 @@ pub mod entry_share;
 pub mod entry_tasks;
 pub mod faults;
 pub mod mutual_info;
+pub mod pool_master;
 pub mod r_calls;
 pub mod r_store;
 pub mod r_sys;
@@ -24,6 +25,7 @@ pub mod share_pipeline;
 pub mod source_pages;
 pub mod view;
 pub mod watchdog;
+pub mod wire_r;
 
 extern "C" fn withdraw_at_exit() {
     // A normal exit leaves no index entry (kill -9 leaves a stale one, removed

@@ -1,0 +1,259 @@
+//! The master's state machine ([`Master`]) with real worker processes that
+//! speak the wire: dispatch over workers, the word that lets a worker let go
+//! of its results, a worker's death mid-task (what it began fails, what it
+//! never read goes again or back to its owner), replies out of step,
+//! conditions, damaged tags, and waits given up. (A master's death:
+//! tests_process.rs.)
+
+use crate::master::{Master, Submitted};
+use crate::pool::Pool;
+use crate::tests_process::{eventually, gone, never, self_as};
+use crate::wait::{Patience, StopReason};
+use crate::wire::{Event, Header, RELEASE};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const RING: u64 = 8192;
+
+/// The worker: runs each task its payload names, and replies with the wire.
+/// "die" ends the process at once; "die-when:<path>" once the file exists;
+/// "reply-when:<path>" replies once the file exists;
+/// "condition" relays a condition, then replies; "wrong-number" replies
+/// with another number; "bad-tag" replies with a flag only masters send;
+/// anything else is echoed with "release=<flag>" and this worker's pid.
+#[test]
+#[ignore]
+fn wire_worker_main() {
+    if std::env::var("PAGESHARE_POOL_TEST_ROLE").is_err() {
+        return;
+    }
+    fn gone() -> ! {
+        pageshare_core::os::exit_now(0)
+    }
+    let conn = crate::worker::connect_from_env(gone).expect("connect");
+    let (tasks, results) = (conn.region.tasks(conn.slot), conn.region.results(conn.slot));
+    let mut buf = Vec::new();
+    loop {
+        let Ok(tag) = tasks.receive(&mut buf, Patience::default(), &mut never()) else {
+            pageshare_core::os::exit_now(0)
+        };
+        let task = Header::decode_task(tag).expect("a task of the wire");
+        let body = String::from_utf8(buf.clone()).expect("text");
+        let reply =
+            |tag: u64, bytes: &[u8]| results.send(tag, bytes, Patience::default(), &mut never()).expect("reply");
+        let ok = Header::reply(task.number, task.plain).encode().unwrap();
+        match body.as_str() {
+            "die" => pageshare_core::os::exit_now(3),
+            "condition" => {
+                reply(Header::condition(task.number).encode().unwrap(), b"a condition");
+                reply(ok, b"after the condition");
+            }
+            "wrong-number" => reply(Header::reply(task.number + 1000, task.plain).encode().unwrap(), b""),
+            "bad-tag" => reply(task.number | RELEASE, b""),
+            _ => {
+                if let Some(path) = body.strip_prefix("die-when:") {
+                    let until = Instant::now() + Duration::from_secs(60);
+                    while !Path::new(path).exists() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    pageshare_core::os::exit_now(3)
+                }
+                if let Some(path) = body.strip_prefix("reply-when:") {
+                    let until = Instant::now() + Duration::from_secs(60);
+                    while !Path::new(path).exists() && Instant::now() < until {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                let text = format!("{body} release={} pid={}", task.release, std::process::id());
+                reply(ok, text.as_bytes());
+            }
+        }
+    }
+}
+
+fn master(workers: u64, depth: usize) -> Master<usize> {
+    let pool = Pool::start(workers, RING, self_as("tests_master::wire_worker_main")).expect("start");
+    Master::new(pool, RING, depth, 2, Duration::ZERO)
+}
+
+fn submit(m: &mut Master<usize>, slot: Option<usize>, body: &str, plain: bool, resend: bool, what: usize) -> u64 {
+    match m.submit(slot, body.as_bytes(), plain, resend, what, &mut never()).unwrap() {
+        Submitted::Number(n) => n,
+        other => panic!("not sent: {other:?}"),
+    }
+}
+
+fn next(m: &mut Master<usize>) -> Event<usize> {
+    let mut buf = Vec::new();
+    m.next_event(&mut buf, false, &mut never()).unwrap()
+}
+
+fn text(payload: &[u8]) -> String {
+    String::from_utf8(payload.to_vec()).unwrap()
+}
+
+/// A file that does not exist yet, in a directory of this test's own.
+fn trigger(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pageshare-master-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("go")
+}
+
+#[test]
+fn tasks_spread_over_the_workers_and_each_reply_finds_its_what() {
+    let mut m = master(2, 2);
+    let pids = [m.pool().pid(0), m.pool().pid(1)];
+    for i in 0..40 {
+        submit(&mut m, None, &format!("task {i}"), true, false, i);
+    }
+    let mut seen = [false; 40];
+    let mut by = std::collections::HashSet::new();
+    loop {
+        match next(&mut m) {
+            Event::Reply { what, payload, plain } => {
+                assert!(plain);
+                let t = text(&payload);
+                assert!(t.starts_with(&format!("task {what} ")), "{t} for {what}");
+                assert!(!seen[what], "{what} answered twice");
+                seen[what] = true;
+                by.insert(t.rsplit("pid=").next().unwrap().parse::<u32>().unwrap());
+            }
+            Event::Idle => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "every task answered");
+    assert_eq!(by, pids.into_iter().collect(), "both workers had tasks");
+    assert!(m.stop().is_empty());
+}
+
+#[test]
+fn a_reply_that_may_hold_handles_holds_back_waiting_messages_and_the_release_word() {
+    let go = trigger("release");
+    let mut m = master(1, 2);
+    submit(&mut m, None, &format!("reply-when:{}", go.display()), false, false, 0);
+    submit(&mut m, None, "b", false, false, 1);
+    submit(&mut m, None, "c", false, false, 2);
+    assert_eq!(m.dispatch().waiting(), 1, "depth 2: the third waits");
+    std::fs::write(&go, b"").unwrap();
+    let Event::Reply { what: 0, payload, plain: false } = next(&mut m) else { panic!("a's reply first") };
+    assert_eq!(text(&payload).split(' ').nth(1), Some("release=true"), "a went to an idle worker");
+    // (a's reply may hold handles: until it is read, c stays)
+    assert_eq!(m.dispatch().waiting(), 1);
+    m.dispatch_now(&mut never()).unwrap();
+    assert_eq!(m.dispatch().waiting(), 0);
+    let Event::Reply { what: 1, payload, .. } = next(&mut m) else { panic!("b's reply") };
+    assert_eq!(text(&payload).split(' ').nth(1), Some("release=false"), "b went while a was out");
+    let Event::Reply { what: 2, .. } = next(&mut m) else { panic!("c's reply") };
+    assert_eq!(next(&mut m), Event::Idle);
+    m.stop();
+    std::fs::remove_dir_all(go.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read() {
+    let go = trigger("death");
+    let mut m = master(2, 2);
+    let (dying, other) = (m.pool().pid(0), m.pool().pid(1));
+    submit(&mut m, Some(0), &format!("die-when:{}", go.display()), true, true, 10);
+    submit(&mut m, Some(0), "kept", true, true, 11);
+    submit(&mut m, Some(0), "not kept", true, false, 12);
+    assert_eq!(m.dispatch().load(0), 3);
+    std::fs::write(&go, b"").unwrap();
+    match next(&mut m) {
+        Event::Died { slot: 0, pid, begun, unread, waiting } => {
+            assert_eq!(pid, dying);
+            assert_eq!(begun, vec![10], "the task it ran fails");
+            assert_eq!(unread, vec![12], "a task it never read and that was not kept goes back to its owner");
+            assert_eq!(waiting, 0, "the kept one went at once to the live worker");
+        }
+        other => panic!("expected its death, got {other:?}"),
+    }
+    assert!(eventually(|| gone(dying)));
+    let Event::Reply { what: 11, payload, .. } = next(&mut m) else { panic!("the kept task ran elsewhere") };
+    assert!(text(&payload).ends_with(&format!("pid={other}")));
+    assert_eq!(next(&mut m), Event::Idle);
+    // A new worker takes the slot, and runs what is sent to it.
+    m.fill(0, &mut never()).unwrap().unwrap();
+    let fresh = m.pool().pid(0);
+    assert!(fresh != dying && fresh > 0);
+    submit(&mut m, Some(0), "again", true, false, 13);
+    let Event::Reply { what: 13, payload, .. } = next(&mut m) else { panic!("the new worker answers") };
+    assert!(text(&payload).ends_with(&format!("pid={fresh}")));
+    m.stop();
+    std::fs::remove_dir_all(go.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_worker_that_dies_at_once_is_replaced_and_what_waited_goes_to_the_others() {
+    let mut m = master(2, 1);
+    // (depth 1: one task per worker; the rest wait, and are kept)
+    submit(&mut m, None, "die", true, false, 0);
+    submit(&mut m, None, "x", true, false, 1);
+    submit(&mut m, None, "y", true, false, 2);
+    let mut replies = Vec::new();
+    let mut deaths = 0;
+    while replies.len() < 2 {
+        match next(&mut m) {
+            Event::Died { begun, .. } => {
+                deaths += 1;
+                assert_eq!(begun, vec![0]);
+            }
+            Event::Reply { what, .. } => replies.push(what),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    if deaths == 0 {
+        // (its death may come after the replies: a wait for deaths sees it)
+        let mut buf = Vec::new();
+        let Event::Died { begun, .. } = m.next_event(&mut buf, true, &mut never()).unwrap() else {
+            panic!("its death")
+        };
+        assert_eq!(begun, vec![0]);
+        deaths += 1;
+    }
+    replies.sort();
+    assert_eq!((deaths, replies), (1, vec![1, 2]));
+    m.stop();
+}
+
+#[test]
+fn conditions_arrive_before_their_reply_and_out_of_step_replies_are_named() {
+    let mut m = master(1, 2);
+    let n = submit(&mut m, None, "condition", true, false, 0);
+    assert_eq!(next(&mut m), Event::Condition { payload: b"a condition".to_vec() });
+    let Event::Reply { what: 0, payload, .. } = next(&mut m) else { panic!("the reply after") };
+    assert_eq!(text(&payload), "after the condition");
+    let n2 = submit(&mut m, None, "wrong-number", true, false, 1);
+    assert!(n2 > n);
+    assert_eq!(next(&mut m), Event::OutOfStep { slot: 0, number: n2 + 1000, expected: Some(n2) });
+    m.stop();
+}
+
+#[test]
+fn a_tag_no_worker_may_send_is_a_damaged_ring_not_a_panic() {
+    let mut m = master(1, 2);
+    submit(&mut m, None, "bad-tag", true, false, 0);
+    let mut buf = Vec::new();
+    let err = m.next_event(&mut buf, false, &mut never()).unwrap_err();
+    assert!(err.0.contains("damaged"), "{err}");
+    assert_eq!(m.stop(), vec![0], "what was kept with it is given back");
+}
+
+#[test]
+fn waits_end_when_given_up_and_stop_gives_back_what_was_out() {
+    let go = trigger("give-up");
+    let mut m = master(1, 2);
+    let mut buf = Vec::new();
+    assert_eq!(m.next_event(&mut buf, false, &mut never()).unwrap(), Event::Idle);
+    submit(&mut m, None, &format!("die-when:{}", go.display()), true, false, 7);
+    let mut interrupt = || Some(StopReason::Interrupted);
+    assert_eq!(m.next_event(&mut buf, false, &mut interrupt).unwrap(), Event::Interrupted);
+    let until = Instant::now() + Duration::from_millis(50);
+    let mut deadline = || (Instant::now() >= until).then_some(StopReason::TimedOut);
+    assert_eq!(m.next_event(&mut buf, true, &mut deadline).unwrap(), Event::TimedOut);
+    let pid = m.pool().pid(0);
+    assert_eq!(m.stop(), vec![7]);
+    assert!(eventually(|| gone(pid)));
+    std::fs::remove_dir_all(go.parent().unwrap()).unwrap();
+}

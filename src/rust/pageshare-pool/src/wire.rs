@@ -1,0 +1,458 @@
+//! The pool's wire, defined once: every code a message carries between a
+//! master and its workers, and every event the master's wait can return.
+//! Nothing else in pageshare defines a flag bit, a message kind, a reply
+//! status or an event code: the rings move frames ([`Frame`]), the master and
+//! the worker read a message's [`Header`] off its tag, and R is given events
+//! by their [`EventKind::name`] and fields (pageshare-r's `wire_r.rs`).
+//!
+//! Everything read off the shared pages comes from another process that may
+//! misbehave: every decoder here returns an error for what no correct peer
+//! writes, never panics and reads nothing beyond what it is given.
+
+/// The version of this wire. A worker of another wire (or another build of
+/// the package) is refused at the handshake: messages change meaning between
+/// versions, and a stale worker would misread them silently.
+pub const WIRE_VERSION: u32 = 1;
+
+/// The version of the package this wire belongs to (the workspace's version,
+/// the R package's `Version:`), carried by the handshake.
+pub const PACKAGE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Why bytes are not a message of this wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WireError(pub &'static str);
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+// ---------------------------------------------------------------------------
+// Frames: how a ring carries the pieces of a message.
+
+/// Bytes of a frame's header: payload length (u32), frame flags (u32), tag (u64).
+pub const FRAME_HEADER: u64 = 16;
+/// The message continues in the next frame.
+const FRAME_MORE: u32 = 1;
+/// Skip to the start of the ring (a frame never wraps).
+const FRAME_WRAP: u32 = 2;
+/// The first frame of a message.
+const FRAME_START: u32 = 4;
+
+/// A frame's header, as a ring holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frame {
+    /// Nothing more before the end of the ring: the next frame is at its start.
+    Wrap,
+    /// `len` bytes of the message `tag`; `start`: its first frame; `more`:
+    /// not its last.
+    Part { len: u32, tag: u64, start: bool, more: bool },
+}
+
+impl Frame {
+    /// The header as the two words a ring stores (native byte order: both
+    /// ends are processes of one machine).
+    pub fn to_words(self) -> [u64; 2] {
+        match self {
+            Frame::Wrap => [(FRAME_WRAP as u64) << 32, 0],
+            Frame::Part { len, tag, start, more } => {
+                let flags = if start { FRAME_START } else { 0 } | if more { FRAME_MORE } else { 0 };
+                [(len as u64) | ((flags as u64) << 32), tag]
+            }
+        }
+    }
+
+    pub fn from_words(word: u64, tag: u64) -> Result<Frame, WireError> {
+        let (len, flags) = (word as u32, (word >> 32) as u32);
+        if flags == FRAME_WRAP {
+            return if len == 0 && tag == 0 { Ok(Frame::Wrap) } else { Err(WireError("a wrap marker with contents")) };
+        }
+        if flags & !(FRAME_MORE | FRAME_START) != 0 {
+            return Err(WireError("unknown frame flags"));
+        }
+        Ok(Frame::Part { len, tag, start: flags & FRAME_START != 0, more: flags & FRAME_MORE != 0 })
+    }
+
+    pub fn to_bytes(self) -> [u8; FRAME_HEADER as usize] {
+        let [w, t] = self.to_words();
+        let mut out = [0u8; FRAME_HEADER as usize];
+        out[..8].copy_from_slice(&w.to_ne_bytes());
+        out[8..].copy_from_slice(&t.to_ne_bytes());
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Frame, WireError> {
+        let (Some(w), Some(t)) = (bytes.get(..8), bytes.get(8..16)) else {
+            return Err(WireError("a frame shorter than its header"));
+        };
+        let word = |b: &[u8]| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8]));
+        Frame::from_words(word(w), word(t))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Messages: what a tag says.
+
+/// The master holds every result the worker handed over before: their
+/// segments may be let go (master to worker).
+pub const RELEASE: u64 = 1 << 63;
+/// The message holds no handle: the worker runs such a call in one step,
+/// the master reads such a reply in one step (either way).
+pub const PLAIN: u64 = 1 << 62;
+/// Not a reply but a condition the running task signalled, relayed at once
+/// (worker to master).
+pub const CONDITION: u64 = 1 << 61;
+/// The master let go of segments since this worker's last message: views of
+/// them may be stale (master to worker).
+pub const SCAN: u64 = 1 << 60;
+/// Every flag bit of a tag.
+pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN;
+/// The largest message number: numbers travel to R as doubles, exact up to 2^53.
+pub const MAX_NUMBER: u64 = 1 << 53;
+
+/// What a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Work for a worker (master to worker).
+    Task,
+    /// A task's reply (worker to master).
+    Reply,
+    /// A condition a task signalled while it ran (worker to master).
+    Condition,
+}
+
+/// A message's header: its kind, its number (the task's, which its reply and
+/// its conditions carry too) and its flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub number: u64,
+    /// [`RELEASE`]: only in a task.
+    pub release: bool,
+    /// [`PLAIN`]: a task or a reply.
+    pub plain: bool,
+    /// [`SCAN`]: only in a task.
+    pub scan: bool,
+}
+
+impl Header {
+    pub fn task(number: u64) -> Header {
+        Header { kind: Kind::Task, number, release: false, plain: false, scan: false }
+    }
+
+    pub fn reply(number: u64, plain: bool) -> Header {
+        Header { kind: Kind::Reply, number, release: false, plain, scan: false }
+    }
+
+    pub fn condition(number: u64) -> Header {
+        Header { kind: Kind::Condition, number, release: false, plain: false, scan: false }
+    }
+
+    /// The tag that carries this header; an error for a header no decoder
+    /// would accept (a number out of range, a flag its kind cannot have).
+    pub fn encode(self) -> Result<u64, WireError> {
+        if self.number == 0 || self.number > MAX_NUMBER {
+            return Err(WireError("a message number out of range"));
+        }
+        let bit = |on: bool, b: u64| if on { b } else { 0 };
+        match self.kind {
+            Kind::Task => {}
+            Kind::Reply if !self.release && !self.scan => {}
+            Kind::Condition if !self.release && !self.scan && !self.plain => {}
+            _ => return Err(WireError("a flag its kind of message cannot have")),
+        }
+        Ok(self.number
+            | bit(self.release, RELEASE)
+            | bit(self.plain, PLAIN)
+            | bit(self.scan, SCAN)
+            | bit(self.kind == Kind::Condition, CONDITION))
+    }
+
+    /// The header of a message a worker received from its master.
+    pub fn decode_task(tag: u64) -> Result<Header, WireError> {
+        if tag & CONDITION != 0 {
+            return Err(WireError("a task that says it is a condition"));
+        }
+        Ok(Header {
+            kind: Kind::Task,
+            number: number(tag)?,
+            release: tag & RELEASE != 0,
+            plain: tag & PLAIN != 0,
+            scan: tag & SCAN != 0,
+        })
+    }
+
+    /// The header of a message the master received from a worker.
+    pub fn decode_from_worker(tag: u64) -> Result<Header, WireError> {
+        if tag & (RELEASE | SCAN) != 0 {
+            return Err(WireError("a worker's message with a flag only its master sends"));
+        }
+        let number = number(tag)?;
+        if tag & CONDITION != 0 {
+            if tag & PLAIN != 0 {
+                return Err(WireError("a condition that says it is plain"));
+            }
+            return Ok(Header::condition(number));
+        }
+        Ok(Header::reply(number, tag & PLAIN != 0))
+    }
+}
+
+fn number(tag: u64) -> Result<u64, WireError> {
+    let n = tag & !FLAGS;
+    if n == 0 || n > MAX_NUMBER {
+        return Err(WireError("a message number out of range"));
+    }
+    Ok(n)
+}
+
+/// How a task ended, as its reply says (`status` of the reply R reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The task's value.
+    Ok,
+    /// The task's error (and the index of the element that raised it).
+    Error,
+    /// The worker died while it ran the task (made by the master).
+    Died,
+    /// A chunk of a map whose worker no longer holds the map: the master
+    /// sends it again with the map.
+    NeedsStage,
+}
+
+impl Status {
+    pub const ALL: [Status; 4] = [Status::Ok, Status::Error, Status::Died, Status::NeedsStage];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Error => "error",
+            Status::Died => "died",
+            Status::NeedsStage => "needs_stage",
+        }
+    }
+}
+
+/// The fields of a task as a worker's loop is given it (pageshare-r's
+/// `wire_r.rs`): the task's number, its payload, its flags, and `shared`,
+/// the value of a plain call run on the way whose result is worth sharing
+/// (else NULL).
+pub const TASK_FIELDS: [&str; 6] = ["tag", "payload", "release", "plain", "scan", "shared"];
+
+// ---------------------------------------------------------------------------
+// Events: what the master's wait returns.
+
+/// What the master's wait found. `W` is what the master keeps with each
+/// message until its reply (what to do with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<W> {
+    /// A reply to the message kept with `what`; `plain`: it holds no handle.
+    Reply { what: W, payload: Vec<u8>, plain: bool },
+    /// The worker in `slot` (0-based), process `pid`, died. `begun`: the
+    /// messages it had begun (they failed); `unread`: those it never read
+    /// and that were not kept to go again (the kept ones wait again, first);
+    /// `waiting`: how many messages wait for a worker.
+    Died { slot: u64, pid: u32, begun: Vec<W>, unread: Vec<W>, waiting: usize },
+    /// The user interrupted the wait.
+    Interrupted,
+    /// The wait's time is up.
+    TimedOut,
+    /// No message is out (a wait that does not wait for deaths).
+    Idle,
+    /// A reply out of step (a bug): the worker's slot, the reply's number
+    /// and the number expected (`None`: the worker had no message).
+    OutOfStep { slot: u64, number: u64, expected: Option<u64> },
+    /// A condition a task signalled, relayed at once.
+    Condition { payload: Vec<u8> },
+    /// A plain reply to a call, read and delivered to its task on the way
+    /// (the plain path, in the entry point that waits).
+    Delivered,
+}
+
+/// An event without its contents: its name and the fields R is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Reply,
+    Died,
+    Interrupted,
+    TimedOut,
+    Idle,
+    OutOfStep,
+    Condition,
+    Delivered,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 8] = [
+        EventKind::Reply,
+        EventKind::Died,
+        EventKind::Interrupted,
+        EventKind::TimedOut,
+        EventKind::Idle,
+        EventKind::OutOfStep,
+        EventKind::Condition,
+        EventKind::Delivered,
+    ];
+
+    /// Its name, the value of the field `event`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Reply => "reply",
+            EventKind::Died => "died",
+            EventKind::Interrupted => "interrupted",
+            EventKind::TimedOut => "timed_out",
+            EventKind::Idle => "idle",
+            EventKind::OutOfStep => "out_of_step",
+            EventKind::Condition => "condition",
+            EventKind::Delivered => "delivered",
+        }
+    }
+
+    /// The fields of the event as R is given it, `event` first, in order.
+    pub fn fields(self) -> &'static [&'static str] {
+        match self {
+            EventKind::Reply => &["event", "what", "payload", "plain"],
+            EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting"],
+            EventKind::OutOfStep => &["event", "slot", "tag", "expected"],
+            EventKind::Condition => &["event", "payload"],
+            EventKind::Interrupted | EventKind::TimedOut | EventKind::Idle | EventKind::Delivered => &["event"],
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl<W> Event<W> {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Event::Reply { .. } => EventKind::Reply,
+            Event::Died { .. } => EventKind::Died,
+            Event::Interrupted => EventKind::Interrupted,
+            Event::TimedOut => EventKind::TimedOut,
+            Event::Idle => EventKind::Idle,
+            Event::OutOfStep { .. } => EventKind::OutOfStep,
+            Event::Condition { .. } => EventKind::Condition,
+            Event::Delivered => EventKind::Delivered,
+        }
+    }
+
+    /// A reply that may hold handles: nothing more goes to the workers until
+    /// R has read it (see pageshare-r's pool_master.rs).
+    pub fn holds_handles(&self) -> bool {
+        matches!(self, Event::Reply { plain: false, .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn frames_round_trip() {
+        for f in [
+            Frame::Wrap,
+            Frame::Part { len: 0, tag: 1, start: true, more: false },
+            Frame::Part { len: u32::MAX, tag: u64::MAX, start: false, more: true },
+            Frame::Part { len: 17, tag: 5 | PLAIN, start: true, more: true },
+        ] {
+            let [w, t] = f.to_words();
+            assert_eq!(Frame::from_words(w, t), Ok(f));
+            assert_eq!(Frame::from_bytes(&f.to_bytes()), Ok(f));
+        }
+    }
+
+    #[test]
+    fn frames_no_sender_writes_are_errors() {
+        assert!(Frame::from_words(8 << 32, 0).is_err(), "unknown flag");
+        assert!(Frame::from_words((2 << 32) | 5, 0).is_err(), "wrap with a length");
+        assert!(Frame::from_words(2 << 32, 9).is_err(), "wrap with a tag");
+        assert!(Frame::from_words(3 << 32, 0).is_err(), "wrap with another flag");
+        assert!(Frame::from_bytes(&[0; 15]).is_err(), "short");
+    }
+
+    #[test]
+    fn headers_round_trip_and_keep_their_flags() {
+        let mut t = Header::task(7);
+        t.release = true;
+        t.scan = true;
+        let tag = t.encode().unwrap();
+        assert_eq!(tag, 7 | RELEASE | SCAN);
+        assert_eq!(Header::decode_task(tag), Ok(t));
+        let r = Header::reply(MAX_NUMBER, true);
+        assert_eq!(Header::decode_from_worker(r.encode().unwrap()), Ok(r));
+        let c = Header::condition(3);
+        assert_eq!(c.encode(), Ok(3 | CONDITION));
+        assert_eq!(Header::decode_from_worker(3 | CONDITION), Ok(c));
+    }
+
+    #[test]
+    fn headers_a_peer_should_not_send_are_errors() {
+        assert!(Header::decode_task(0).is_err(), "number 0");
+        assert!(Header::decode_task(MAX_NUMBER + 1).is_err(), "number too large");
+        assert!(Header::decode_task(1 << 59).is_err(), "reserved bit");
+        assert!(Header::decode_task(1 | CONDITION).is_err(), "a task as a condition");
+        assert!(Header::decode_from_worker(1 | RELEASE).is_err(), "release from a worker");
+        assert!(Header::decode_from_worker(1 | SCAN).is_err(), "scan from a worker");
+        assert!(Header::decode_from_worker(1 | CONDITION | PLAIN).is_err(), "a plain condition");
+        assert!(Header { release: true, ..Header::reply(1, false) }.encode().is_err());
+        assert!(Header::task(0).encode().is_err());
+    }
+
+    #[test]
+    fn event_names_are_distinct_and_name_their_kind() {
+        let names: std::collections::HashSet<_> = EventKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names.len(), EventKind::ALL.len());
+        for k in EventKind::ALL {
+            assert_eq!(EventKind::from_name(k.name()), Some(k));
+            assert_eq!(k.fields()[0], "event");
+        }
+        assert_eq!(EventKind::from_name("7"), None);
+        let statuses: std::collections::HashSet<_> = Status::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(statuses.len(), Status::ALL.len());
+    }
+
+    proptest! {
+        // Any 16 bytes are a frame header or an error, and a header that
+        // decodes encodes back to the same bytes (no two readings of one header).
+        #[test]
+        fn any_bytes_are_a_frame_or_an_error(bytes in prop::collection::vec(any::<u8>(), 0..40)) {
+            if let Ok(f) = Frame::from_bytes(&bytes) {
+                prop_assert_eq!(&f.to_bytes()[..], &bytes[..16]);
+            } else {
+                prop_assert!(bytes.len() < 16 || Frame::from_bytes(&bytes[..16]).is_err());
+            }
+        }
+
+        // Any tag is a header or an error, either way; one that decodes
+        // encodes back to itself.
+        #[test]
+        fn any_tag_is_a_header_or_an_error(tag in any::<u64>(), low in 0u64..4096, flags in 0u64..16) {
+            for tag in [tag, low | (flags << 60)] {
+                if let Ok(h) = Header::decode_task(tag) {
+                    prop_assert_eq!(h.encode(), Ok(tag));
+                }
+                if let Ok(h) = Header::decode_from_worker(tag) {
+                    prop_assert_eq!(h.encode(), Ok(tag));
+                }
+            }
+        }
+
+        // Every header that encodes decodes back to itself on its side.
+        #[test]
+        fn headers_that_encode_decode(number in 0u64..=MAX_NUMBER + 1, kind in 0u8..3,
+                                      release: bool, plain: bool, scan: bool) {
+            let kind = [Kind::Task, Kind::Reply, Kind::Condition][kind as usize];
+            let h = Header { kind, number, release, plain, scan };
+            if let Ok(tag) = h.encode() {
+                let back = if kind == Kind::Task { Header::decode_task(tag) } else { Header::decode_from_worker(tag) };
+                prop_assert_eq!(back, Ok(h));
+            }
+        }
+    }
+}
