@@ -92,3 +92,103 @@ test_that("every bad input is a classed error naming the argument and the value"
     expect_match(conditionMessage(e), describe <- pageshare:::describe_value(case[[2]]), fixed = TRUE, info = describe)
   }
 })
+
+# ---- the sweep: every export, every argument, every kind of bad value --------
+#
+# Each exported function is called with valid arguments (`base`) except one,
+# which takes in turn each value below, or is left out. Whatever errors must be
+# a pageshare_error; valid values may succeed. All in this process: the pool
+# has one worker (option pageshare.workers), started once.
+
+sweep_values <- list(
+  "NULL" = NULL, "NA" = NA, "-1" = -1, "0" = 0, "1.5" = 1.5, "Inf" = Inf, "NaN" = NaN,
+  "empty string" = "", "two strings" = c("a", "b"), "100 kB string" = strrep("x", 1e5),
+  "list" = list(1), "function" = function(...) NULL, "environment" = new.env(),
+  "raw(0)" = raw(0), "1i" = 1i, "TRUE" = TRUE, "\"2\"" = "2")
+
+sweep_X <- matrix(as.double(1:20), 4)
+sweep_y <- rep(1:2, 5)
+# base: valid arguments; skip: arguments not swept, with the reason; after:
+# run after each call (undoes what a valid call did).
+sweep_plan <- list(
+  content_key = list(base = list(x = 1:3)),
+  forget_shared = list(base = list()),
+  is_shared = list(base = list(x = 1)),
+  memApply = list(base = list(X = sweep_X, MARGIN = 2, FUN = sum)),
+  memLapply = list(base = list(X = 1:3, FUN = sum)),
+  memshare_gc = list(base = list(namespace = "sweep_ns")),
+  mutual_information = list(base = list(X = matrix(as.double(1:20), 10), y = sweep_y)),
+  mutualinfo = list(base = list(x = as.double(1:10), y = sweep_y, isXDiscrete = TRUE)),
+  pageList = list(base = list()),
+  registerDoShm = list(base = list(cores = 1), after = quote(foreach::registerDoSEQ())),
+  registerVariables = list(base = list(namespace = "sweep_ns", variableList = list(a = 1)),
+                           after = quote(memshare_gc("sweep_ns"))),
+  releaseVariables = list(base = list(namespace = "sweep_ns", variableNames = "a")),
+  releaseViews = list(base = list(namespace = "sweep_ns", variableNames = "a")),
+  release_key = list(base = list(key = "sweep_key")),
+  retrieveMetadata = list(base = list(namespace = "sweep_ns", variableName = "a")),
+  retrieveViews = list(base = list(namespace = "sweep_ns", variableNames = "a")),
+  share = list(base = list(x = 1:3), after = quote(for (k in c("2", "sweep_key")) release_key(k))),
+  shared_by_key = list(base = list(key = "sweep_key")),
+  shared_info = list(base = list(x = 1)),
+  shared_segments = list(base = list()),
+  shm_call = list(base = list(FUN = identity)),
+  shm_map = list(base = list(X = 1:2, FUN = identity)),
+  shm_multisession = list(base = list(workers = 1),
+                          not_swept = c(workers = "(missing): the default count of workers starts a cluster")),
+  shm_value = list(base = list(task = quote(shm_call(identity, 1)))),
+  start_workers = list(base = list(n = 1)),
+  stop_workers = list(base = list(), skip = "stopping the pool is tested in test-pool.R"),
+  sweep_shared = list(base = list()),
+  viewList = list(base = list()),
+  with_handles = list(base = list(expr = 1))
+)
+
+# Every call of the sweep and what it gave: NA (no error), TRUE (a
+# pageshare_error), or the class of another error.
+run_sweep <- function() {
+  ns <- asNamespace("pageshare")
+  exports <- sort(getNamespaceExports("pageshare"))
+  exports <- exports[vapply(exports, function(f) is.function(get(f, ns)), TRUE)]
+  testthat::expect_setequal(names(sweep_plan), exports)
+  rows <- list()
+  record <- function(f, arg, value, args) {
+    call <- as.call(c(as.name(f), args))
+    e <- tryCatch({ eval(call, globalenv()); NULL }, error = function(e) e)
+    after <- sweep_plan[[f]]$after
+    if (!is.null(after)) try(eval(after), silent = TRUE)
+    rows[[length(rows) + 1L]] <<- data.frame(
+      fun = f, arg = arg, value = value, classed = if (is.null(e)) NA else inherits(e, "pageshare_error"),
+      message = if (is.null(e)) "" else substr(conditionMessage(e), 1, 200), stringsAsFactors = FALSE)
+  }
+  for (f in names(sweep_plan)) {
+    plan <- sweep_plan[[f]]
+    if (!is.null(plan$skip)) next
+    base <- plan$base
+    record(f, "", "(all valid)", base)
+    for (arg in names(formals(get(f, ns)))) {
+      if (arg == "...") next
+      for (v in names(sweep_values)) {
+        args <- base
+        args[arg] <- list(sweep_values[[v]])
+        record(f, arg, v, args)
+      }
+      if (isTRUE(startsWith(as.character(plan$not_swept[arg]), "(missing)"))) next
+      args <- base
+      args[[arg]] <- NULL
+      record(f, arg, "(missing)", args)
+    }
+  }
+  do.call(rbind, rows)
+}
+
+test_that("the sweep over every export's arguments raises only pageshare_error", {
+  old <- options(pageshare.workers = 1)
+  on.exit({ stop_workers(); options(old); foreach::registerDoSEQ(); memshare_gc("sweep_ns") }, add = TRUE)
+  res <- run_sweep()
+  unclassed <- res[!is.na(res$classed) & !res$classed, ]
+  expect_gt(nrow(res), 900L)
+  expect_equal(nrow(unclassed), 0L,
+               info = paste(sprintf("%s(%s = %s): %s", unclassed$fun, unclassed$arg, unclassed$value,
+                                    unclassed$message), collapse = "\n"))
+})
