@@ -57,7 +57,24 @@ cases <- list(
   bad(mutual_information(X, 1:3), "pageshare_bad_argument", "`y`", "3 values"),
   bad(mutual_information(X, 1:4, method = "x"), "pageshare_bad_argument", "`method`", '"x"'),
   bad(mutual_information(X, 1:4, base = 1), "pageshare_bad_argument", "`base`", "not 1"),
-  bad(mutualinfo("a", 1), "pageshare_bad_argument", "`x`", "`y`")
+  bad(mutualinfo("a", 1), "pageshare_bad_argument", "`x`", "`y`"),
+  bad(memApply(X, 2, sum, NAMESPACE = NA), "pageshare_bad_argument", "`NAMESPACE`", "NA"),
+  bad(memApply(X, 2, sum, NAMESPACE = sum), "pageshare_bad_argument", "`NAMESPACE`", "a function"),
+  bad(memLapply(1:2, sum, NAMESPACE = new.env()), "pageshare_bad_argument", "`NAMESPACE`", "an environment"),
+  bad(memApply(MARGIN = 2, FUN = sum), "pageshare_bad_argument", "`X`", "memApply()"),
+  bad(shm_map(FUN = sum), "pageshare_bad_argument", "`X`", "shm_map()"),
+  bad(shm_call(), "pageshare_bad_argument", "`FUN`", "shm_call()"),
+  bad(registerVariables("bad_ns"), "pageshare_bad_argument", "`variableList`", "registerVariables()"),
+  bad(retrieveViews(strrep("n", 1e4 + 1), "a"), "pageshare_bad_argument", "`namespace`", "10,001 bytes"),
+  bad(retrieveViews("bad_ns", strrep("v", 6000)), "pageshare_bad_argument", "`variableNames`", "6,000 bytes"),
+  bad(registerVariables("bad_ns", stats::setNames(list(1), strrep("v", 300))), "pageshare_bad_argument",
+      "`variableList`", "300 bytes"),
+  bad(share(1:3, key = strrep("k", 2e4)), "pageshare_bad_argument", "`key`", "20,000 bytes"),
+  bad(shared_by_key(strrep("k", 2e4)), "pageshare_bad_argument", "`key`", "20,000 bytes"),
+  bad(memApply("X", 2, sum, NAMESPACE = strrep("n", 2e4)), "pageshare_bad_argument", "`NAMESPACE`", "20,000 bytes"),
+  bad(memLapply(1:2, strrep("f", 2e4)), "pageshare_bad_argument", "`FUN`", "(20,000 bytes)"),
+  bad(registerVariables("bad_ns", list(a = 1, b = 2, a = 3)), "pageshare_bad_argument", "`variableList`", "'a'"),
+  bad(shm_multisession(workers = 1, envir = 1), "pageshare_bad_argument", "`envir`", "1")
 )
 
 option_cases <- list(
@@ -191,4 +208,56 @@ test_that("the sweep over every export's arguments raises only pageshare_error",
   expect_equal(nrow(unclassed), 0L,
                info = paste(sprintf("%s(%s = %s): %s", unclassed$fun, unclassed$arg, unclassed$value,
                                     unclassed$message), collapse = "\n"))
+})
+
+test_that("registerVariables() checks the whole list before it registers anything", {
+  on.exit(memshare_gc("dup_ns"), add = TRUE)
+  e <- tryCatch(registerVariables("dup_ns", list(a = 1, b = 2, a = 3)), error = function(e) e)
+  expect_s3_class(e, "pageshare_bad_argument")
+  expect_match(conditionMessage(e), "names 'a' more than once", fixed = TRUE)
+  expect_false(any(grepl("^dup_ns\\.", unlist(pageList()))))
+  # a bad element after good ones: nothing registered either
+  e <- tryCatch(registerVariables("dup_ns", list(a = 1, b = 2, c = new.env())), error = function(e) e)
+  expect_s3_class(e, "pageshare_unsupported_type")
+  expect_false(any(grepl("^dup_ns\\.", unlist(pageList()))))
+  # one the index refuses midway (a name this process holds already): the
+  # others of the call are released again
+  registerVariables("dup_ns", list(b = 2))
+  e <- tryCatch(registerVariables("dup_ns", list(a = 1, b = 3)), error = function(e) e)
+  expect_s3_class(e, "pageshare_error")
+  expect_identical(unlist(pageList()[grepl("^dup_ns\\.", unlist(pageList()))]), "dup_ns.b")
+  # and valid lists keep working
+  registerVariables("dup_ns", list(a = 1, c = 3))
+  expect_setequal(grep("^dup_ns\\.", unlist(pageList()), value = TRUE), c("dup_ns.a", "dup_ns.b", "dup_ns.c"))
+})
+
+test_that("a bad pageshare.threshold is the same classed error through every door", {
+  skip_if_not_installed("future")
+  skip_if_not_installed("foreach")
+  old_workers <- options(pageshare.workers = 1)
+  old_plan <- future::plan(shm_multisession, workers = 2)
+  registerDoShm(cores = 1)
+  on.exit({
+    future::plan(old_plan); foreach::registerDoSEQ(); stop_workers(); options(old_workers)
+  }, add = TRUE)
+  x <- runif(10)
+  doors <- list(
+    shm_map = function() shm_map(1:2, function(i) x[i]),
+    memLapply = function() memLapply(1:2, function(i) x[i]),
+    foreach = function() foreach::`%dopar%`(foreach::foreach(i = 1:2, .export = "x"), x[i]),
+    future = function() future::value(future::future(x[1]))
+  )
+  for (value in list("big", -5, NA, c(1, 2))) {
+    old <- options(pageshare.threshold = value)
+    for (door in names(doors)) {
+      e <- tryCatch({ doors[[door]](); NULL }, error = function(e) e)
+      expect_s3_class(e, "pageshare_bad_argument")
+      if (is.null(e)) next
+      expect_match(conditionMessage(e), "option `pageshare.threshold`", fixed = TRUE, info = door)
+      expect_match(conditionMessage(e), pageshare:::describe_value(value), fixed = TRUE, info = door)
+    }
+    options(old)
+  }
+  # and a valid value works through each
+  for (door in names(doors)) expect_error(doors[[door]](), NA)
 })
