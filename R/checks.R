@@ -51,15 +51,56 @@ check_string <- function(x, arg, key = "not_string") {
   invisible(x)
 }
 
+# The longest namespace, variable name or key there can be, in bytes: the
+# longest file name of the index (Linux NAME_MAX, as MAX_NAME in
+# src/rust/pageshare-core/src/naming.rs, which checks the escaped names
+# again). Checked here first, so that no name reaches R's own limit of 10,000
+# bytes for a symbol (an unclassed error) on its way there.
+max_name_bytes <- 255L
+
+# Each of `x` (strings) must be at most max_name_bytes long.
+check_name_bytes <- function(x, arg) {
+  n <- nchar(x, type = "bytes")
+  if (any(n > max_name_bytes)) {
+    pageshare_stop("name_too_long", arg, max_name_bytes, format(max(n), big.mark = ","))
+  }
+  invisible(x)
+}
+
+# A namespace, variable name or key: a single non-empty string of at most
+# max_name_bytes.
+check_name <- function(x, arg, key = "not_string") {
+  check_string(x, arg, key)
+  check_name_bytes(x, arg)
+}
+
+# The arguments `args` of the calling function `fn` (those without a default)
+# must have been given: else a pageshare_bad_argument error naming the first
+# one missing and the function. (`missing()` asked in the caller's frame.)
+check_given <- function(fn, args) {
+  frame <- parent.frame()
+  for (a in args) {
+    if (eval(call("missing", as.name(a)), frame)) pageshare_stop("missing_argument", a, fn, fn)
+  }
+}
+
 # `FUN` as a function: a function, or the name of one looked up from where the
 # front door was called (as match.fun() looks it up); else a
 # pageshare_bad_argument error naming `arg` and the value.
 as_function <- function(FUN, arg = "FUN", envir = parent.frame(2)) {
   if (is.function(FUN)) return(FUN)
   name <- if (is.symbol(FUN)) as.character(FUN) else if (is_string(FUN)) FUN else NULL
+  # (no function has a name over R's limit for a symbol, 10,000 bytes)
+  if (!is.null(name) && nchar(name, type = "bytes") > 10000L) name <- NULL
   f <- if (is.null(name)) NULL else get0(name, envir = envir, mode = "function")
   if (is.null(f)) pageshare_stop("not_function", arg, describe_value(FUN))
   f
+}
+
+# `x` must be a character vector without NA (`what` says what it is for).
+check_strings <- function(x, arg, what) {
+  if (!is.character(x) || anyNA(x)) pageshare_stop("not_strings", arg, what, describe_value(x))
+  invisible(x)
 }
 
 # `x` must be TRUE or FALSE.

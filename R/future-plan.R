@@ -119,6 +119,10 @@ shm_multisession <- function(...,
                              lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
                              envir = parent.frame()) {
   workers <- check_future_workers(workers)
+  check_flag(lazy, "lazy")
+  check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
+  if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
+  if (!is.environment(envir)) pageshare_stop("not_environment", "envir", describe_value(envir))
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }

@@ -63,7 +63,8 @@ NULL
 #' @rdname share_by_key
 #' @export
 shared_by_key <- function(key) {
-  check_string(key, "key")
+  check_given("shared_by_key", "key")
+  check_name(key, "key")
   got <- .Call(ps_retrieve_keyed, key, segment_dir())
   view <- got$view
   if (length(got$attributes)) {
@@ -75,13 +76,15 @@ shared_by_key <- function(key) {
 #' @rdname share_by_key
 #' @export
 release_key <- function(key) {
-  check_string(key, "key")
+  check_given("release_key", "key")
+  check_name(key, "key")
   invisible(.Call(ps_release_key, key))
 }
 
 #' @rdname share_by_key
 #' @export
 content_key <- function(x) {
+  check_given("content_key", "x")
   if (!is_shareable_vector(x)) pageshare_stop("share_type", "`x`", describe_type(x))
   .Call(ps_content_key, x, attributes_blob(x))
 }
@@ -92,6 +95,7 @@ share_keyed <- function(x, key, where) {
   if (!isTRUE(key) && !is_string(key)) {
     pageshare_stop("bad_key", describe_value(key))
   }
+  if (!isTRUE(key)) check_name_bytes(key, "key")
   if (is_shareable_vector(x)) {
     blob <- attributes_blob(x)
     if (isTRUE(key)) key <- .Call(ps_content_key, x, blob)

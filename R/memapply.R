@@ -55,6 +55,8 @@
 #' }
 #' @export
 memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
+  check_given("memApply", c("X", "MARGIN", "FUN"))
+  check_namespace_arg(NAMESPACE)
   FUN <- as_function(FUN)
   if (!is_number(MARGIN) || !MARGIN %in% c(1, 2)) {
     pageshare_stop("margin", paste(format(MARGIN), collapse = " "))
@@ -110,6 +112,8 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
 #' }
 #' @export
 memLapply <- function(X, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
+  check_given("memLapply", c("X", "FUN"))
+  check_namespace_arg(NAMESPACE)
   FUN <- as_function(FUN)
   held <- new.env(parent = emptyenv())
   on.exit(release_held(held), add = TRUE)
@@ -131,9 +135,17 @@ describe_object <- function(x) {
           if (length(d)) paste(d, collapse = "x") else length(x))
 }
 
+# `NAMESPACE` of memApply()/memLapply(): NULL or a namespace's name.
+check_namespace_arg <- function(NAMESPACE) {
+  if (!is.null(NAMESPACE)) {
+    if (!is_string(NAMESPACE)) pageshare_stop("namespace_arg", describe_value(NAMESPACE))
+    check_name_bytes(NAMESPACE, "NAMESPACE")
+  }
+}
+
 # View of a registered variable named `name`; retrieved views are released on exit.
 by_name <- function(name, namespace, arg, held) {
-  check_string(name, arg)
+  check_name(name, arg)
   check_string(namespace, arg, "name_needs_namespace")
   key <- view_key(namespace, name)
   already <- exists(key, envir = views_held, inherits = FALSE)

@@ -29,8 +29,9 @@ hex_utf8 <- function(h) {
 
 # The arguments of the memshare functions that name variables of a namespace.
 check_variables <- function(namespace, variableNames, arg = "variableNames") {
-  check_string(namespace, "namespace")
+  check_name(namespace, "namespace")
   if (!is_names(variableNames)) pageshare_stop("not_character", arg)
+  check_name_bytes(variableNames, arg)
 }
 
 registered_here <- function(namespace) {
@@ -61,12 +62,16 @@ registered_here <- function(namespace) {
 #' releaseVariables("demo", c("X", "y"))
 #' @export
 registerVariables <- function(namespace, variableList) {
-  check_string(namespace, "namespace")
+  check_given("registerVariables", c("namespace", "variableList"))
+  check_name(namespace, "namespace")
+  # The whole list is checked before anything is registered.
   nms <- names(variableList)
   if (!is.list(variableList) || is.object(variableList) && !identical(class(variableList), "list") ||
       !has_names(variableList)) {
     pageshare_stop("not_named_list")
   }
+  check_name_bytes(nms, "variableList")
+  if (anyDuplicated(nms)) pageshare_stop("duplicate_names", or_none(unique(nms[duplicated(nms)])))
   for (i in seq_along(variableList)) {
     el <- variableList[[i]]
     if (!is_shareable_vector(el)) {
@@ -74,11 +79,18 @@ registerVariables <- function(namespace, variableList) {
     }
   }
   dir <- segment_dir()
+  # All or nothing: what the index refuses (a name another process holds, a
+  # namespace and name too long together) releases what this call registered.
+  done <- character()
+  ok <- FALSE
+  on.exit(if (!ok) for (var in done) try(.Call(ps_release, namespace, var), silent = TRUE))
   for (i in seq_along(variableList)) {
     el <- variableList[[i]]
     sync_shared_budget()
     .Call(ps_register, namespace, nms[i], el, as.pairlist(attributes(el)), attributes_blob(el), dir, release_source())
+    done <- c(done, nms[i])
   }
+  ok <- TRUE
   invisible(NULL)
 }
 
@@ -103,6 +115,7 @@ registerVariables <- function(namespace, variableList) {
 #' releaseVariables("demo2", "X")
 #' @export
 retrieveViews <- function(namespace, variableNames) {
+  check_given("retrieveViews", c("namespace", "variableNames"))
   check_variables(namespace, variableNames)
   dir <- segment_dir()
   out <- lapply(variableNames, function(var) {
@@ -142,6 +155,7 @@ retrieveViews <- function(namespace, variableNames) {
 #' releaseVariables("demo3", "v")
 #' @export
 releaseViews <- function(namespace, variableNames) {
+  check_given("releaseViews", c("namespace", "variableNames"))
   check_variables(namespace, variableNames)
   keys <- view_key(namespace, variableNames)
   missing <- !vapply(keys, exists, logical(1), envir = views_held, inherits = FALSE)
@@ -164,6 +178,7 @@ releaseViews <- function(namespace, variableNames) {
 #' releaseVariables("demo4", "v")
 #' @export
 releaseVariables <- function(namespace, variableNames) {
+  check_given("releaseVariables", c("namespace", "variableNames"))
   check_variables(namespace, variableNames)
   dir <- segment_dir()
   mine <- registered_here(namespace)
@@ -191,6 +206,7 @@ releaseVariables <- function(namespace, variableNames) {
 #' releaseVariables("demo5", "X")
 #' @export
 retrieveMetadata <- function(namespace, variableName) {
+  check_given("retrieveMetadata", c("namespace", "variableName"))
   check_variables(namespace, variableName, "variableName")
   describe <- function(var) {
     v <- retrieveViews(namespace, var)[[1L]]
@@ -249,7 +265,8 @@ viewList <- function() as.list(held_view_names())
 #' pageList()
 #' @export
 memshare_gc <- function(namespace, cluster = NULL) {
-  check_string(namespace, "namespace")
+  check_given("memshare_gc", "namespace")
+  check_name(namespace, "namespace")
   if (!is.null(cluster) && !inherits(cluster, "cluster")) {
     pageshare_stop("not_cluster", "cluster", " (or NULL)", describe_object(cluster))
   }

@@ -60,6 +60,12 @@ pageshare_messages <- list(
   need_progressr = "`.progress = TRUE` needs the package progressr; install it first",
   bad_key = "`key` must be a single non-empty string or TRUE (a content key), not %s",
   list_key = "%s is a list: a key given as a string names one vector; use key = TRUE to share each element under its content key",
+  missing_argument = "`%s` is missing, with no default: %s() needs it (see ?%s for what it must be)",
+  name_too_long = "`%s` must be a name of at most %d bytes (the longest name pageshare's index can hold), not a string of %s bytes",
+  namespace_arg = "`NAMESPACE` must be NULL or a single non-empty string naming a namespace, not %s",
+  duplicate_names = "`variableList` names %s more than once; each variable needs a name of its own (nothing was registered)",
+  not_environment = "`%s` must be an environment, not %s",
+  not_strings = "`%s` must be %s, not %s",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 

@@ -49,6 +49,7 @@
 #' stop_workers()
 #' @export
 shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
+  check_given("shm_map", c("X", "FUN"))
   FUN <- as_function(FUN)
   if (is.null(X)) X <- list()
   if (!(is.list(X) || is.atomic(X)) || is.environment(X)) pageshare_stop("map_x", describe_object(X))

@@ -60,6 +60,7 @@ start_workers <- function(n = NULL) {
 #' @rdname shm_pool
 #' @export
 shm_call <- function(FUN, ...) {
+  if (missing(FUN)) pageshare_stop("missing_argument", "FUN", "shm_call", "shm_call")
   args <- list(...)
   # (a closure among the arguments has the promises it reads forced on the
   # plain path too: see force_sent_promises())
@@ -102,6 +103,7 @@ shm_call <- function(FUN, ...) {
 #' @rdname shm_pool
 #' @export
 shm_value <- function(task) {
+  if (missing(task)) pageshare_stop("missing_argument", "task", "shm_value", "shm_value")
   # (a call's value read in one step, in C, while its reply says "ok" or while
   # nothing but such replies arrive; the rest here)
   got <- .Call(ps_task_value_plain, task, shm_pool$generation)

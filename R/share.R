@@ -66,6 +66,7 @@
 #' rm(x, y); invisible(gc())
 #' @export
 share <- function(x, key = NULL) {
+  check_given("share", "x")
   if (!is.null(key)) return(share_keyed(x, key, "x"))
   share_value(x, "x")
 }
@@ -129,7 +130,10 @@ describe_type <- function(x) {
 #' v <- share(as.double(1:10))
 #' is_shared(v)
 #' @export
-is_shared <- function(x) .Call(ps_is_view, x)
+is_shared <- function(x) {
+  if (missing(x)) pageshare_stop("missing_argument", "x", "is_shared", "is_shared")
+  .Call(ps_is_view, x)
+}
 
 #' Describe a view
 #'
@@ -150,6 +154,7 @@ is_shared <- function(x) .Call(ps_is_view, x)
 #' shared_info(v)$owner_pid == Sys.getpid()
 #' @export
 shared_info <- function(x) {
+  check_given("shared_info", "x")
   info <- .Call(ps_view_info, x)
   if (is.null(info)) info else structure(info, class = "pageshare_info")
 }
@@ -193,6 +198,7 @@ format_bytes <- function(n) {
 #' length(with_handles(serialize(v, NULL)))   # a handle: a few hundred bytes
 #' @export
 with_handles <- function(expr) {
+  check_given("with_handles", "expr")
   .Call(ps_scope, 1L)
   on.exit(.Call(ps_scope, -1L))
   expr

@@ -110,7 +110,18 @@ check_worker_count <- function(n, arg) {
 }
 
 describe_value <- function(x) {
-  if (is.character(x)) return(paste(dQuote(x, FALSE), collapse = " "))
+  if (is.character(x)) {
+    # (a long string is shown by its start and its length)
+    long <- !is.na(x) & nchar(x, type = "bytes") > 60L
+    shown <- dQuote(x, FALSE)
+    shown[long] <- sprintf("\"%s...\" (%s bytes)", substr(x[long], 1L, 40L),
+                           format(nchar(x[long], type = "bytes"), big.mark = ","))
+    return(paste(shown, collapse = " "))
+  }
+  if (is.function(x)) return("a function")
+  if (is.environment(x)) return("an environment")
+  if (is.list(x)) return(sprintf("a list of length %d", length(x)))
+  if (!is.atomic(x)) return(sprintf("an object of type %s", typeof(x)))
   if (length(x) != 1L) return(sprintf("a %s vector of length %d", typeof(x), length(x)))
   paste(format(x), collapse = " ")
 }

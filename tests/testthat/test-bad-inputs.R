@@ -57,7 +57,24 @@ cases <- list(
   bad(mutual_information(X, 1:3), "pageshare_bad_argument", "`y`", "3 values"),
   bad(mutual_information(X, 1:4, method = "x"), "pageshare_bad_argument", "`method`", '"x"'),
   bad(mutual_information(X, 1:4, base = 1), "pageshare_bad_argument", "`base`", "not 1"),
-  bad(mutualinfo("a", 1), "pageshare_bad_argument", "`x`", "`y`")
+  bad(mutualinfo("a", 1), "pageshare_bad_argument", "`x`", "`y`"),
+  bad(memApply(X, 2, sum, NAMESPACE = NA), "pageshare_bad_argument", "`NAMESPACE`", "NA"),
+  bad(memApply(X, 2, sum, NAMESPACE = sum), "pageshare_bad_argument", "`NAMESPACE`", "a function"),
+  bad(memLapply(1:2, sum, NAMESPACE = new.env()), "pageshare_bad_argument", "`NAMESPACE`", "an environment"),
+  bad(memApply(MARGIN = 2, FUN = sum), "pageshare_bad_argument", "`X`", "memApply()"),
+  bad(shm_map(FUN = sum), "pageshare_bad_argument", "`X`", "shm_map()"),
+  bad(shm_call(), "pageshare_bad_argument", "`FUN`", "shm_call()"),
+  bad(registerVariables("bad_ns"), "pageshare_bad_argument", "`variableList`", "registerVariables()"),
+  bad(retrieveViews(strrep("n", 1e4 + 1), "a"), "pageshare_bad_argument", "`namespace`", "10,001 bytes"),
+  bad(retrieveViews("bad_ns", strrep("v", 6000)), "pageshare_bad_argument", "`variableNames`", "6,000 bytes"),
+  bad(registerVariables("bad_ns", stats::setNames(list(1), strrep("v", 300))), "pageshare_bad_argument",
+      "`variableList`", "300 bytes"),
+  bad(share(1:3, key = strrep("k", 2e4)), "pageshare_bad_argument", "`key`", "20,000 bytes"),
+  bad(shared_by_key(strrep("k", 2e4)), "pageshare_bad_argument", "`key`", "20,000 bytes"),
+  bad(memApply("X", 2, sum, NAMESPACE = strrep("n", 2e4)), "pageshare_bad_argument", "`NAMESPACE`", "20,000 bytes"),
+  bad(memLapply(1:2, strrep("f", 2e4)), "pageshare_bad_argument", "`FUN`", "(20,000 bytes)"),
+  bad(registerVariables("bad_ns", list(a = 1, b = 2, a = 3)), "pageshare_bad_argument", "`variableList`", "'a'"),
+  bad(shm_multisession(workers = 1, envir = 1), "pageshare_bad_argument", "`envir`", "1")
 )
 
 option_cases <- list(
@@ -91,4 +108,156 @@ test_that("every bad input is a classed error naming the argument and the value"
     expect_match(conditionMessage(e), sprintf("`%s`", case[[1]]), fixed = TRUE)
     expect_match(conditionMessage(e), describe <- pageshare:::describe_value(case[[2]]), fixed = TRUE, info = describe)
   }
+})
+
+# ---- the sweep: every export, every argument, every kind of bad value --------
+#
+# Each exported function is called with valid arguments (`base`) except one,
+# which takes in turn each value below, or is left out. Whatever errors must be
+# a pageshare_error; valid values may succeed. All in this process: the pool
+# has one worker (option pageshare.workers), started once.
+
+sweep_values <- list(
+  "NULL" = NULL, "NA" = NA, "-1" = -1, "0" = 0, "1.5" = 1.5, "Inf" = Inf, "NaN" = NaN,
+  "empty string" = "", "two strings" = c("a", "b"), "100 kB string" = strrep("x", 1e5),
+  "list" = list(1), "function" = function(...) NULL, "environment" = new.env(),
+  "raw(0)" = raw(0), "1i" = 1i, "TRUE" = TRUE, "\"2\"" = "2")
+
+sweep_X <- matrix(as.double(1:20), 4)
+sweep_y <- rep(1:2, 5)
+# base: valid arguments; skip: arguments not swept, with the reason; after:
+# run after each call (undoes what a valid call did).
+sweep_plan <- list(
+  content_key = list(base = list(x = 1:3)),
+  forget_shared = list(base = list()),
+  is_shared = list(base = list(x = 1)),
+  memApply = list(base = list(X = sweep_X, MARGIN = 2, FUN = sum)),
+  memLapply = list(base = list(X = 1:3, FUN = sum)),
+  memshare_gc = list(base = list(namespace = "sweep_ns")),
+  mutual_information = list(base = list(X = matrix(as.double(1:20), 10), y = sweep_y)),
+  mutualinfo = list(base = list(x = as.double(1:10), y = sweep_y, isXDiscrete = TRUE)),
+  pageList = list(base = list()),
+  registerDoShm = list(base = list(cores = 1), after = quote(foreach::registerDoSEQ())),
+  registerVariables = list(base = list(namespace = "sweep_ns", variableList = list(a = 1)),
+                           after = quote(memshare_gc("sweep_ns"))),
+  releaseVariables = list(base = list(namespace = "sweep_ns", variableNames = "a")),
+  releaseViews = list(base = list(namespace = "sweep_ns", variableNames = "a")),
+  release_key = list(base = list(key = "sweep_key")),
+  retrieveMetadata = list(base = list(namespace = "sweep_ns", variableName = "a")),
+  retrieveViews = list(base = list(namespace = "sweep_ns", variableNames = "a")),
+  share = list(base = list(x = 1:3), after = quote(for (k in c("2", "sweep_key")) release_key(k))),
+  shared_by_key = list(base = list(key = "sweep_key")),
+  shared_info = list(base = list(x = 1)),
+  shared_segments = list(base = list()),
+  shm_call = list(base = list(FUN = identity)),
+  shm_map = list(base = list(X = 1:2, FUN = identity)),
+  shm_multisession = list(base = list(workers = 1),
+                          not_swept = c(workers = "(missing): the default count of workers starts a cluster")),
+  shm_value = list(base = list(task = quote(shm_call(identity, 1)))),
+  start_workers = list(base = list(n = 1)),
+  stop_workers = list(base = list(), skip = "stopping the pool is tested in test-pool.R"),
+  sweep_shared = list(base = list()),
+  viewList = list(base = list()),
+  with_handles = list(base = list(expr = 1))
+)
+
+# Every call of the sweep and what it gave: NA (no error), TRUE (a
+# pageshare_error), or the class of another error.
+run_sweep <- function() {
+  ns <- asNamespace("pageshare")
+  exports <- sort(getNamespaceExports("pageshare"))
+  exports <- exports[vapply(exports, function(f) is.function(get(f, ns)), TRUE)]
+  testthat::expect_setequal(names(sweep_plan), exports)
+  rows <- list()
+  record <- function(f, arg, value, args) {
+    call <- as.call(c(as.name(f), args))
+    e <- tryCatch({ eval(call, globalenv()); NULL }, error = function(e) e)
+    after <- sweep_plan[[f]]$after
+    if (!is.null(after)) try(eval(after), silent = TRUE)
+    rows[[length(rows) + 1L]] <<- data.frame(
+      fun = f, arg = arg, value = value, classed = if (is.null(e)) NA else inherits(e, "pageshare_error"),
+      message = if (is.null(e)) "" else substr(conditionMessage(e), 1, 200), stringsAsFactors = FALSE)
+  }
+  for (f in names(sweep_plan)) {
+    plan <- sweep_plan[[f]]
+    if (!is.null(plan$skip)) next
+    base <- plan$base
+    record(f, "", "(all valid)", base)
+    for (arg in names(formals(get(f, ns)))) {
+      if (arg == "...") next
+      for (v in names(sweep_values)) {
+        args <- base
+        args[arg] <- list(sweep_values[[v]])
+        record(f, arg, v, args)
+      }
+      if (isTRUE(startsWith(as.character(plan$not_swept[arg]), "(missing)"))) next
+      args <- base
+      args[[arg]] <- NULL
+      record(f, arg, "(missing)", args)
+    }
+  }
+  do.call(rbind, rows)
+}
+
+test_that("the sweep over every export's arguments raises only pageshare_error", {
+  old <- options(pageshare.workers = 1)
+  on.exit({ stop_workers(); options(old); foreach::registerDoSEQ(); memshare_gc("sweep_ns") }, add = TRUE)
+  res <- run_sweep()
+  unclassed <- res[!is.na(res$classed) & !res$classed, ]
+  expect_gt(nrow(res), 900L)
+  expect_equal(nrow(unclassed), 0L,
+               info = paste(sprintf("%s(%s = %s): %s", unclassed$fun, unclassed$arg, unclassed$value,
+                                    unclassed$message), collapse = "\n"))
+})
+
+test_that("registerVariables() checks the whole list before it registers anything", {
+  on.exit(memshare_gc("dup_ns"), add = TRUE)
+  e <- tryCatch(registerVariables("dup_ns", list(a = 1, b = 2, a = 3)), error = function(e) e)
+  expect_s3_class(e, "pageshare_bad_argument")
+  expect_match(conditionMessage(e), "names 'a' more than once", fixed = TRUE)
+  expect_false(any(grepl("^dup_ns\\.", unlist(pageList()))))
+  # a bad element after good ones: nothing registered either
+  e <- tryCatch(registerVariables("dup_ns", list(a = 1, b = 2, c = new.env())), error = function(e) e)
+  expect_s3_class(e, "pageshare_unsupported_type")
+  expect_false(any(grepl("^dup_ns\\.", unlist(pageList()))))
+  # one the index refuses midway (a name this process holds already): the
+  # others of the call are released again
+  registerVariables("dup_ns", list(b = 2))
+  e <- tryCatch(registerVariables("dup_ns", list(a = 1, b = 3)), error = function(e) e)
+  expect_s3_class(e, "pageshare_error")
+  expect_identical(unlist(pageList()[grepl("^dup_ns\\.", unlist(pageList()))]), "dup_ns.b")
+  # and valid lists keep working
+  registerVariables("dup_ns", list(a = 1, c = 3))
+  expect_setequal(grep("^dup_ns\\.", unlist(pageList()), value = TRUE), c("dup_ns.a", "dup_ns.b", "dup_ns.c"))
+})
+
+test_that("a bad pageshare.threshold is the same classed error through every door", {
+  skip_if_not_installed("future")
+  skip_if_not_installed("foreach")
+  old_workers <- options(pageshare.workers = 1)
+  old_plan <- future::plan(shm_multisession, workers = 2)
+  registerDoShm(cores = 1)
+  on.exit({
+    future::plan(old_plan); foreach::registerDoSEQ(); stop_workers(); options(old_workers)
+  }, add = TRUE)
+  x <- runif(10)
+  doors <- list(
+    shm_map = function() shm_map(1:2, function(i) x[i]),
+    memLapply = function() memLapply(1:2, function(i) x[i]),
+    foreach = function() foreach::`%dopar%`(foreach::foreach(i = 1:2, .export = "x"), x[i]),
+    future = function() future::value(future::future(x[1]))
+  )
+  for (value in list("big", -5, NA, c(1, 2))) {
+    old <- options(pageshare.threshold = value)
+    for (door in names(doors)) {
+      e <- tryCatch({ doors[[door]](); NULL }, error = function(e) e)
+      expect_s3_class(e, "pageshare_bad_argument")
+      if (is.null(e)) next
+      expect_match(conditionMessage(e), "option `pageshare.threshold`", fixed = TRUE, info = door)
+      expect_match(conditionMessage(e), pageshare:::describe_value(value), fixed = TRUE, info = door)
+    }
+    options(old)
+  }
+  # and a valid value works through each
+  for (door in names(doors)) expect_error(doors[[door]](), NA)
 })
