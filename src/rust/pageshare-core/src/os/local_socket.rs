@@ -2,10 +2,16 @@
 //! abstract addresses (no file to clean up after a crash), the peer's user and
 //! process id as the kernel reports them, and passing a descriptor.
 
+use rustix::io::Errno;
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
 use std::fs::File;
-use std::io::{Error, ErrorKind, Result};
+use std::io::{Error, ErrorKind, IoSlice, IoSliceMut, Result};
+use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::io::{AsRawFd, FromRawFd};
+use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
 /// A listener on the abstract address `name` (Linux: no file in any directory;
@@ -20,7 +26,9 @@ pub fn connect_abstract(name: &str) -> Result<UnixStream> {
 }
 
 /// The peer's process id and effective user id, as the kernel recorded them
-/// when the connection was made (SO_PEERCRED): they cannot be forged.
+/// when the connection was made (SO_PEERCRED): they cannot be forged. (On
+/// libc: the kernel reports pid 0 for a peer in another pid namespace, which
+/// rustix's `UCred`, whose pid is never zero, cannot hold.)
 pub fn peer_credentials(stream: &UnixStream) -> Result<(u32, u32)> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -44,31 +52,14 @@ const FD_SPACE: usize = 64; // room for one descriptor's control message
 
 /// Sends `bytes` with the descriptor of `file` attached (SCM_RIGHTS).
 pub fn send_with_descriptor(stream: &UnixStream, bytes: &[u8], file: &File) -> Result<()> {
-    let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
-    let mut control = [0u8; FD_SPACE];
-    // SAFETY: an all-zero msghdr is valid; every pointer set below stays valid
-    // for the sendmsg call (iov, control live on this frame).
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as _;
-    // SAFETY: msg_control points at FD_SPACE bytes, more than CMSG_SPACE(int);
-    // CMSG_FIRSTHDR therefore returns a header inside `control`.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), file.as_raw_fd());
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [file.as_fd()];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(Error::other("no room for a descriptor in a control message"));
     }
-    // SAFETY: `msg` is fully initialised as above.
-    let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if sent < 0 {
-        return Err(Error::last_os_error());
-    }
-    if sent as usize != bytes.len() {
+    let sent = rustix::net::sendmsg(stream, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL)?;
+    if sent != bytes.len() {
         return Err(Error::new(ErrorKind::WriteZero, "short write of a message with a descriptor"));
     }
     Ok(())
@@ -77,35 +68,22 @@ pub fn send_with_descriptor(stream: &UnixStream, bytes: &[u8], file: &File) -> R
 /// Receives up to `buf.len()` bytes and the descriptor sent with them
 /// (close-on-exec). Returns the number of bytes and the file; an error when no
 /// descriptor came.
+/// Descriptors beyond the first (a peer may attach several) are closed.
 pub fn receive_with_descriptor(stream: &UnixStream, buf: &mut [u8]) -> Result<(usize, File)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    let mut control = [0u8; FD_SPACE];
-    // SAFETY: as in send_with_descriptor.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = FD_SPACE as _;
-    // SAFETY: `msg` points at live buffers of the sizes given.
-    let got = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if got < 0 {
-        return Err(Error::last_os_error());
-    }
-    // SAFETY: recvmsg filled msg_control/msg_controllen; CMSG_FIRSTHDR and
-    // CMSG_DATA stay within them, and a SCM_RIGHTS message of this length
-    // holds one int.
-    let fd = unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() || (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-            None
-        } else {
-            Some(std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>()))
+    let mut space = [MaybeUninit::<u8>::uninit(); FD_SPACE];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(stream, &mut [IoSliceMut::new(buf)], &mut control, RecvFlags::CMSG_CLOEXEC)?;
+    let mut file = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            for fd in fds {
+                file.get_or_insert(File::from(fd));
+            }
         }
-    };
-    match fd {
-        // SAFETY: the kernel just installed this descriptor in this process for us.
-        Some(fd) if fd >= 0 => Ok((got as usize, unsafe { File::from_raw_fd(fd) })),
-        _ => Err(Error::new(ErrorKind::InvalidData, "the message carried no descriptor")),
+    }
+    match file {
+        Some(file) => Ok((got.bytes, file)),
+        None => Err(Error::new(ErrorKind::InvalidData, "the message carried no descriptor")),
     }
 }
 
@@ -113,16 +91,11 @@ pub fn receive_with_descriptor(stream: &UnixStream, buf: &mut [u8]) -> Result<(u
 /// never a SIGPIPE that would end the process).
 pub fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> Result<()> {
     while !bytes.is_empty() {
-        // SAFETY: `bytes` is a live buffer of the length given.
-        let n = unsafe { libc::send(stream.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            let e = Error::last_os_error();
-            if e.kind() == ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match rustix::net::send(stream, bytes, SendFlags::NOSIGNAL) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
-        bytes = &bytes[n as usize..];
     }
     Ok(())
 }
@@ -130,14 +103,14 @@ pub fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> Result<()> {
 /// Sends SIGKILL to `pid` (a process this process started and has not yet
 /// reaped, so the number cannot have been reused).
 pub fn kill_process(pid: u32) {
-    // SAFETY: kill() has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+    if let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     }
 }
 
 /// Ends this process at once with `code`, without running exit handlers or
 /// unwinding (a worker whose master is gone: nothing of it must outlive it).
+/// (On libc: rustix has `_exit` only in its experimental `runtime` API.)
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit() is always safe to call; it does not return.
     unsafe { libc::_exit(code) }
@@ -145,9 +118,9 @@ pub fn exit_now(code: i32) -> ! {
 
 /// Waits until `listener` has a connection to accept, at most `timeout`.
 pub fn wait_for_connection(listener: &UnixListener, timeout: std::time::Duration) {
-    let mut p = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, for the duration of the call.
-    unsafe {
-        libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as libc::c_int);
-    }
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    // (to the millisecond, as poll(2) with a timeout in milliseconds waited)
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
+    let ts = Timespec { tv_sec: ms / 1000, tv_nsec: ms % 1000 * 1_000_000 };
+    let _ = rustix::event::poll(&mut [PollFd::new(listener, PollFlags::IN)], Some(&ts));
 }

@@ -146,6 +146,7 @@ fn read_cover(start: usize, end: usize, accept: impl Fn(&Area) -> bool) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::mm;
 
     /// The ioctl and the text give the same answers, where the kernel has the ioctl.
     #[test]
@@ -154,21 +155,20 @@ mod tests {
         let len = 8 * page;
         // SAFETY: a fresh anonymous mapping of our own, unmapped at the end.
         let base = unsafe {
-            libc::mmap(
+            mm::mmap_anonymous(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+                mm::ProtFlags::READ | mm::ProtFlags::WRITE,
+                mm::MapFlags::PRIVATE,
             )
-        } as usize;
-        assert_ne!(base as *mut libc::c_void, libc::MAP_FAILED);
+        }
+        .unwrap() as usize;
+        let at = |a: usize| a as *mut std::ffi::c_void;
         // a read-only page in the middle, then a hole after it
         // SAFETY: pages of our own mapping.
         unsafe {
-            libc::mprotect((base + 3 * page) as *mut libc::c_void, page, libc::PROT_READ);
-            libc::munmap((base + 6 * page) as *mut libc::c_void, page);
+            mm::mprotect(at(base + 3 * page), page, mm::MprotectFlags::READ).unwrap();
+            mm::munmap(at(base + 6 * page), page).unwrap();
         }
         let anonymous = |p: Option<&str>| p.is_none();
         let cases = [
@@ -196,20 +196,13 @@ mod tests {
         assert!(!query_cover(base, base + page, accept_none).unwrap_or(false));
         // SAFETY: the rest of our own mapping.
         unsafe {
-            libc::munmap(base as *mut libc::c_void, 6 * page);
-            libc::munmap((base + 7 * page) as *mut libc::c_void, page);
+            mm::munmap(at(base), 6 * page).unwrap();
+            mm::munmap(at(base + 7 * page), page).unwrap();
         }
     }
 
     fn kernel_at_least(major: u32, minor: u32) -> bool {
-        // SAFETY: uname fills the struct it is given.
-        let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::uname(&mut u) } != 0 {
-            return false;
-        }
-        // SAFETY: uname's release is NUL-terminated.
-        let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned();
+        let release = rustix::system::uname().release().to_string_lossy().into_owned();
         let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
         let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         (a, b) >= (major, minor)

@@ -2,6 +2,9 @@
 //! limit on open files, locks, and opening another process's memfd.
 
 use crate::error::{Error, Result};
+use rustix::fs::{FlockOperation, SealFlags};
+use rustix::io::Errno;
+use rustix::process::{Resource, Rlimit};
 use std::fs::File;
 use std::os::unix::io::AsRawFd;
 
@@ -17,47 +20,38 @@ const LOW_RESERVE: usize = 64;
 /// Raise the soft limit on open files to the hard limit (each segment's owner
 /// holds one descriptor); returns the soft limit in force afterwards.
 pub fn raise_open_files_limit() -> u64 {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `rl` is a writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return 0;
-    }
-    if rl.rlim_cur < rl.rlim_max {
-        let want = libc::rlimit { rlim_cur: rl.rlim_max, rlim_max: rl.rlim_max };
-        // SAFETY: raising the soft limit up to the hard one is always permitted.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
-            return want.rlim_cur;
+    let rl = rustix::process::getrlimit(Resource::Nofile);
+    let (cur, max) = (rlim(rl.current), rlim(rl.maximum));
+    if cur < max {
+        // (raising the soft limit up to the hard one is always permitted)
+        let want = Rlimit { current: rl.maximum, maximum: rl.maximum };
+        if rustix::process::setrlimit(Resource::Nofile, want).is_ok() {
+            return max;
         }
     }
-    rl.rlim_cur
+    cur
+}
+
+/// A limit as libc writes it: no limit (None) is RLIM_INFINITY, all ones.
+fn rlim(limit: Option<u64>) -> u64 {
+    limit.unwrap_or(u64::MAX)
 }
 
 fn open_files_limit() -> u64 {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `rl` is a writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
-        return 1024;
-    }
-    rl.rlim_cur
+    rlim(rustix::process::getrlimit(Resource::Nofile).current)
 }
 
 /// A new anonymous memory file (memfd) named `name` (shown in /proc, never in
 /// a directory), close-on-exec and sealable, placed as [`place_high`] places it.
 /// `Err(Error::Descriptors)` when this process is too close to its limit.
 pub fn memfd(name: &str) -> Result<File> {
-    use std::os::unix::io::FromRawFd;
+    use rustix::fs::MemfdFlags;
     let c = std::ffi::CString::new(name).map_err(|_| Error::Argument("a segment name contains a NUL byte".into()))?;
-    // SAFETY: `c` is a valid NUL-terminated string; the flags are valid.
-    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::EMFILE) | Some(libc::ENFILE) => descriptors_error(),
-            _ => Error::os("cannot create an anonymous shared memory file (memfd_create)", e),
-        });
+    match rustix::fs::memfd_create(c.as_c_str(), MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING) {
+        Ok(fd) => place_high(File::from(fd)),
+        Err(Errno::MFILE | Errno::NFILE) => Err(descriptors_error()),
+        Err(e) => Err(Error::os("cannot create an anonymous shared memory file (memfd_create)", e.into())),
     }
-    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
-    place_high(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Where a descriptor that this process keeps for long (a segment's, an index
@@ -71,17 +65,13 @@ pub fn memfd(name: &str) -> Result<File> {
 ///
 /// Otherwise `Err(Error::Descriptors)`, before the limit is reached.
 pub fn place_high(low: File) -> Result<File> {
-    use std::os::unix::io::FromRawFd;
     let limit = open_files_limit();
     if low.as_raw_fd() >= SEGMENT_FD_FLOOR {
         return Ok(low);
     }
     if limit > SEGMENT_FD_FLOOR as u64 {
-        // SAFETY: duplicating a descriptor we own.
-        let high = unsafe { libc::fcntl(low.as_raw_fd(), libc::F_DUPFD_CLOEXEC, SEGMENT_FD_FLOOR) };
-        if high >= 0 {
-            // SAFETY: `high` is a fresh descriptor owned by nobody else.
-            return Ok(unsafe { File::from_raw_fd(high) });
+        if let Ok(high) = rustix::io::fcntl_dupfd_cloexec(&low, SEGMENT_FD_FLOOR) {
+            return Ok(File::from(high));
         }
     }
     let cap = limit.min(SEGMENT_FD_FLOOR as u64) as i32;
@@ -92,7 +82,9 @@ pub fn place_high(low: File) -> Result<File> {
 }
 
 /// How many descriptor numbers in (fd, cap) are free. The kernel hands out the
-/// lowest free number, so a new descriptor has none free below it.
+/// lowest free number, so a new descriptor has none free below it. (On libc:
+/// it asks about numbers this process may not hold, and rustix's fcntl takes
+/// only a descriptor that is open.)
 fn free_descriptors_above(fd: i32, cap: i32) -> usize {
     // SAFETY: F_GETFD only asks whether a number is open; it changes nothing.
     ((fd + 1)..cap).filter(|&n| unsafe { libc::fcntl(n, libc::F_GETFD) } < 0).count()
@@ -102,24 +94,16 @@ fn free_descriptors_above(fd: i32, cap: i32) -> usize {
 /// lasts until every descriptor of that description is closed (by the kernel
 /// too, at any exit), whatever namespace the process runs in.
 pub fn lock_shared(file: &File) -> std::io::Result<()> {
-    // SAFETY: flock on a descriptor owned by `file`.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::flock(file, FlockOperation::NonBlockingLockShared)?)
 }
 
 /// Take an exclusive lock on `file`'s open file description, waiting for it
 /// as long as another holds one. It goes when `file` is closed.
 pub fn lock_exclusive_waiting(file: &File) -> std::io::Result<()> {
     loop {
-        // SAFETY: flock on a descriptor owned by `file`.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::fs::flock(file, FlockOperation::LockExclusive) {
+            Err(Errno::INTR) => continue,
+            r => return Ok(r?),
         }
     }
 }
@@ -129,58 +113,42 @@ pub fn lock_exclusive_waiting(file: &File) -> std::io::Result<()> {
 /// file holds a lock), `Ok(false)` when another one holds a lock. The lock
 /// goes when `file` is closed.
 pub fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
-    // SAFETY: flock on a descriptor owned by `file`.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(true);
+    match rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e.into()),
     }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Ok(false);
-    }
-    Err(e)
 }
 
 fn descriptors_error() -> Error {
     Error::Descriptors { limit: open_files_limit() }
 }
 
-const ALL_SEALS: i32 = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE | libc::F_SEAL_SEAL;
+const ALL_SEALS: SealFlags = SealFlags::SHRINK.union(SealFlags::GROW).union(SealFlags::WRITE).union(SealFlags::SEAL);
+const SIZE_SEALS: SealFlags = SealFlags::SHRINK.union(SealFlags::GROW);
 
 /// Seal a memfd for good: nobody, the owner included, can shrink, grow or
 /// write it again, or remove the seals. Fails (EBUSY) while a shared writable
 /// mapping of it exists.
 pub fn seal(file: &File) -> std::io::Result<()> {
-    // SAFETY: fcntl on a descriptor owned by `file`.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, ALL_SEALS) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::fcntl_add_seals(file, ALL_SEALS)?)
 }
 
 /// Fix a memfd's size for good (it stays writable): a peer that maps it can
 /// never be made to fault by a shrink. For shared memory both sides write.
 pub fn seal_size(file: &File) -> std::io::Result<()> {
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on a descriptor owned by `file`.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(rustix::fs::fcntl_add_seals(file, SIZE_SEALS | SealFlags::SEAL)?)
 }
 
 /// Is `file`'s size sealed as [`seal_size`] seals it?
 pub fn is_size_sealed(file: &File) -> bool {
-    // SAFETY: fcntl on a descriptor owned by `file`.
-    let s = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-    s >= 0 && s & (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) == (libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)
+    rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(SIZE_SEALS))
 }
 
 /// Does `file` carry every seal [`seal`] sets? Only then can nothing anyone
 /// does to it make a reader of its mapping fault.
 pub fn is_sealed(file: &File) -> bool {
-    // SAFETY: fcntl on a descriptor owned by `file`.
-    let s = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-    s >= 0 && s & ALL_SEALS == ALL_SEALS
+    rustix::fs::fcntl_get_seals(file).is_ok_and(|s| s.contains(ALL_SEALS))
 }
 
 /// A new file of this user alone (mode 0600) in directory `dir`, with no name
@@ -192,17 +160,23 @@ pub fn is_sealed(file: &File) -> bool {
 /// (exclusively, never through a link) and unlinked at once. Its size cannot
 /// be sealed: see [`is_unnamed_private`] for what a receiver checks instead.
 pub fn unnamed_file(dir: &std::path::Path) -> std::io::Result<File> {
+    use rustix::fs::OFlags;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .mode(0o600)
-        .custom_flags(libc::O_TMPFILE | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags((OFlags::TMPFILE | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NOFOLLOW).bits() as i32)
         .open(dir);
     let file = match tmp {
         Ok(f) => f,
         // (a kernel or file system without O_TMPFILE says so with one of these)
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)) => {
+        Err(e)
+            if matches!(
+                e.raw_os_error().map(Errno::from_raw_os_error),
+                Some(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)
+            ) =>
+        {
             let random = super::random_bytes(12).map_err(|e| std::io::Error::other(e.to_string()))?;
             let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
             let path = dir.join(format!(".pageshare-{name}"));
@@ -211,7 +185,7 @@ pub fn unnamed_file(dir: &std::path::Path) -> std::io::Result<File> {
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+                .custom_flags((OFlags::CLOEXEC | OFlags::NOFOLLOW).bits() as i32)
                 .open(&path)?;
             std::fs::remove_file(&path)?;
             f
@@ -229,13 +203,8 @@ pub fn unnamed_file(dir: &std::path::Path) -> std::io::Result<File> {
 /// only those it was given to (ours) hold it, so none can shrink it under
 /// another's mapping unless it is one of ours.
 pub fn is_unnamed_private(file: &File) -> bool {
-    // SAFETY: an all-zero stat is a valid value of the struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat fills `st` for a descriptor owned by `file`.
-    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
-        return false;
-    }
-    st.st_mode & libc::S_IFMT == libc::S_IFREG
+    let Ok(st) = rustix::fs::fstat(file) else { return false };
+    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
         && st.st_nlink == 0
         && st.st_uid == super::euid()
         && st.st_mode & 0o077 == 0
@@ -261,5 +230,6 @@ pub fn open_process_memfd(pid: u32, fd: i32, prefix: &str) -> std::io::Result<Fi
             format!("descriptor {fd} of process {pid} is {shown}"),
         ));
     }
-    std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC).open(&link)
+    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC;
+    std::fs::OpenOptions::new().read(true).custom_flags(flags.bits() as i32).open(&link)
 }

@@ -1,4 +1,6 @@
-//! The only module that calls libc directly. Everything else stays portable Rust.
+//! The only module that makes system calls: through rustix (safe, typed), and
+//! through libc only where rustix lacks a call (DEVELOPING.md lists them).
+//! Everything else stays portable Rust.
 //!
 //! One file per concern; everything is re-exported here, so callers write
 //! `pageshare_core::os::name` whatever file `name` lives in:

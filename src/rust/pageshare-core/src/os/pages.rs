@@ -1,25 +1,25 @@
 //! Pages: their size, reading a word without faulting, and a private
 //! mapping of a file with room for a header in front of its data.
 
+use rustix::mm::{MapFlags, ProtFlags};
 use std::fs::File;
-use std::os::unix::io::AsRawFd;
 
 /// Read the 8-byte word at `addr` of this process's memory without being able
 /// to fault: through process_vm_readv(), which returns an error for an unmapped
 /// or unreadable address (a plain read of freed memory could raise SIGSEGV).
+/// (On libc: rustix has no process_vm_readv.)
 pub fn read_word(addr: usize) -> Option<i64> {
     let mut out: i64 = 0;
     let local = libc::iovec { iov_base: std::ptr::addr_of_mut!(out).cast(), iov_len: 8 };
     let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 8 };
     // SAFETY: the kernel copies 8 bytes into `out` or fails; it never faults us.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = unsafe { libc::process_vm_readv(std::process::id() as libc::pid_t, &local, 1, &remote, 1, 0) };
     (n == 8).then_some(out)
 }
 
 /// The system page size.
 pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+    rustix::param::page_size()
 }
 
 /// A private mapping of a file's bytes from `file_offset` on, together with the
@@ -49,20 +49,18 @@ impl PrefixedMapping {
         let map_start = file_offset / page * page - page;
         let lead = (file_offset - map_start) as usize;
         let len = (lead + data_len).div_ceil(page as usize) * page as usize;
-        // SAFETY: a fresh private mapping of our own file; nothing else refers to it.
+        // SAFETY: a fresh private mapping of our own file at an address the
+        // kernel picks; nothing else refers to it.
         let base = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                map_start as libc::off_t,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+                file,
+                map_start,
             )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        }?;
         Ok(PrefixedMapping { base: base.cast(), len, lead })
     }
 
@@ -81,8 +79,9 @@ impl PrefixedMapping {
 
 impl Drop for PrefixedMapping {
     fn drop(&mut self) {
-        // SAFETY: [base, base + len) is exactly what `new` mapped.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        // SAFETY: [base, base + len) is exactly what `new` mapped, and nothing
+        // borrows it any more.
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
     }
 }
 
@@ -100,11 +99,11 @@ mod tests {
         assert_eq!(read_word(addr), None); // unmapped: an error, not SIGSEGV
                                            // SAFETY: a new anonymous mapping; nothing else is affected.
         let none = unsafe {
-            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            rustix::mm::mmap_anonymous(std::ptr::null_mut(), 4096, ProtFlags::empty(), MapFlags::PRIVATE).unwrap()
         };
         assert_eq!(read_word(none as usize), None); // mapped but unreadable
                                                     // SAFETY: `none` is the 4096-byte mapping made above, used no more.
-        unsafe { libc::munmap(none, 4096) };
+        unsafe { rustix::mm::munmap(none, 4096) }.unwrap();
     }
 
     #[test]

@@ -13,8 +13,7 @@ pub fn pid() -> u32 {
 
 /// This process's parent's id.
 pub fn parent_pid() -> u32 {
-    // SAFETY: getppid() takes nothing and cannot fail.
-    unsafe { libc::getppid() as u32 }
+    rustix::process::getppid().map_or(0, |p| p.as_raw_pid() as u32)
 }
 
 /// Start time of a process (clock ticks since boot, field 22 of /proc/PID/stat),
@@ -38,9 +37,9 @@ pub fn process_exited(pid: u32) -> bool {
     if let Some(state) = process_state(pid) {
         return state == 'Z' || state == 'X';
     }
-    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    let Some(pid) = rustix::process::Pid::from_raw(pid as i32) else { return false };
+    // (signal 0 sends nothing; it only asks whether the process exists)
+    rustix::process::test_kill_process(pid) == Err(rustix::io::Errno::SRCH)
 }
 
 /// A process this one ends with, as (pid, start time): see [`note_ends_with`].
@@ -173,21 +172,15 @@ impl ProcessWatch {
 /// A pidfd of process `pid`, or None (no such process; a kernel older than
 /// 5.3 or a seccomp filter refuses the call).
 fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or
-    // -1; no memory is passed.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
-    if fd < 0 || fd > i32::MAX as libc::c_long {
-        return None;
-    }
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
     // (pidfd_open makes its descriptors close-on-exec)
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
 /// poll(2) for input on `fds` for at most `timeout_ms` (-1: no limit): for
 /// each, whether it is readable or hung up (an error of poll itself, EINTR
-/// included, reports none).
+/// included, reports none). (On libc: it takes descriptor numbers, and
+/// rustix's poll takes descriptors borrowed as open.)
 pub fn poll_in(fds: &mut [std::os::fd::RawFd], timeout_ms: i32) -> Vec<bool> {
     let mut p: Vec<libc::pollfd> =
         fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
@@ -244,8 +237,7 @@ pub fn check_segments_openable() -> Result<()> {
 
 /// This process's effective user id.
 pub fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
 /// Can other processes of this user open this process's descriptors through
@@ -253,8 +245,7 @@ pub fn euid() -> u32 {
 /// credentials): then only a process with CAP_SYS_PTRACE can, so what this
 /// process shares would reach an ordinary receiver as an unopenable handle.
 pub fn descriptors_openable_by_others() -> bool {
-    // SAFETY: PR_GET_DUMPABLE takes no pointer and only reads this process's state.
-    unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
+    matches!(rustix::process::dumpable_behavior(), Ok(rustix::process::DumpableBehavior::Dumpable))
 }
 
 /// `n` bytes from the kernel's random source, for unguessable names and secrets.
@@ -326,6 +317,18 @@ mod tests {
         assert!(ProcessWatch::open(me, st + 1).is_none());
         assert!(ProcessWatch::open_polling(me, st + 1).is_none());
         assert!(ProcessWatch::open(0, 0).is_none());
+    }
+
+    #[test]
+    fn ids_and_dumpable_match_proc() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let field = |name: &str| {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            line.split_whitespace().nth(2).or(line.split_whitespace().nth(1)).unwrap().parse::<u32>().unwrap()
+        };
+        assert_eq!(euid(), field("Uid:"));
+        assert_eq!(parent_pid(), status.lines().find_map(|l| l.strip_prefix("PPid:")).unwrap().trim().parse().unwrap());
+        assert!(descriptors_openable_by_others(), "a test process is dumpable");
     }
 
     #[test]

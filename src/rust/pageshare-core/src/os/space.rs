@@ -12,29 +12,24 @@ use std::time::{Duration, Instant};
 pub fn free_bytes(dir: &Path) -> Result<u64> {
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| Error::Argument("the segment directory contains a NUL byte".into()))?;
-    // SAFETY: statvfs is a plain C struct for which all-zero bytes are a valid value.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statvfs.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    if rc != 0 {
-        return Err(Error::os(format!("cannot read free space of {}", dir.display()), std::io::Error::last_os_error()));
-    }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    let st = rustix::fs::statvfs(c.as_c_str())
+        .map_err(|e| Error::os(format!("cannot read free space of {}", dir.display()), e.into()))?;
+    Ok(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// Is `dir` on a tmpfs (memory-backed) file system?
 pub fn is_tmpfs(dir: &Path) -> bool {
     const TMPFS_MAGIC: i64 = 0x0102_1994;
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
-    // SAFETY: statfs is a plain C struct for which all-zero bytes are a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a writable statfs.
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == TMPFS_MAGIC
+    // (f_type is an i64 here, narrower on some architectures)
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::statfs(c.as_c_str()).is_ok_and(|st| st.f_type as i64 == TMPFS_MAGIC)
 }
 
 /// Reserve every page of `file` up to `len` bytes, so that later writes through a
 /// mapping can never hit an unbacked tmpfs page (which would raise SIGBUS).
+/// (On libc: glibc's posix_fallocate writes the pages itself where the file
+/// system lacks fallocate(2); rustix has only the raw call.)
 pub fn reserve(file: &File, len: u64) -> std::io::Result<()> {
     if len == 0 {
         return Ok(());
