@@ -246,12 +246,9 @@ holds_unforced <- function(env, seen) {
   while (is.environment(env) && depth < 25L && !is_shared_scope(env)) {
     for (e in seen$envs) if (identical(e, env)) return(FALSE)
     seen$envs[[length(seen$envs) + 1L]] <- env
-    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) {
-      b <- .Call(ps_binding, env, nm)
-      if (b[[1L]] %in% binding_types[c("delayed", "promise")]) return(TRUE)
-      if (b[[1L]] %in% binding_types[c("value", "forced")] && typeof(b[[2L]]) == "closure" &&
-          holds_unforced(environment(b[[2L]]), seen)) return(TRUE)
-    }
+    frame <- .Call(ps_frame_promises, env)
+    if (frame[[1L]]) return(TRUE)
+    for (f in frame[[2L]]) if (holds_unforced(environment(f), seen)) return(TRUE)
     env <- parent.env(env)
     depth <- depth + 1L
   }

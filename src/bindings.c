@@ -61,6 +61,64 @@ SEXP ps_binding(SEXP env, SEXP name) {
 #endif
 }
 
+/* Does a binding hold a promise that may be unforced (B_DELAYED, or
+ * B_PROMISE where R cannot tell)? Else, in *closure, a closure it holds as a
+ * value or a forced promise (R_NilValue when none). */
+static int may_be_unforced(SEXP env, SEXP sym, SEXP *closure) {
+  *closure = R_NilValue;
+  if (R_BindingIsActive(sym, env)) return 0;
+#if R_VERSION >= R_Version(4, 6, 0)
+  switch (R_GetBindingType(sym, env)) {
+  case R_BindingTypeDelayed: return 1;
+  case R_BindingTypeValue:
+  case R_BindingTypeForced: {
+    SEXP v = R_getVar(sym, env, FALSE); /* a value, or forced: no evaluation */
+    if (TYPEOF(v) == CLOSXP) *closure = v;
+    return 0;
+  }
+  default: return 0;
+  }
+#else
+  SEXP v = Rf_findVarInFrame(env, sym);
+  if (TYPEOF(v) == PROMSXP) {
+#if R_VERSION < R_Version(4, 5, 0)
+    if (PRVALUE(v) == R_UnboundValue) return 1;
+    v = PRVALUE(v);
+#else
+    return 1;
+#endif
+  }
+  if (TYPEOF(v) == CLOSXP) *closure = v;
+  return 0;
+#endif
+}
+
+/* One frame as R/sharing-rule.R's holds_unforced() looks at it, in one call
+ * (a call per binding from R costs more than a small task): list(TRUE) when a
+ * binding holds a promise that may be unforced, else list(FALSE, closures),
+ * the closures its bindings hold. */
+SEXP ps_frame_promises(SEXP env) {
+  env_arg(env);
+  SEXP names = PROTECT(R_lsInternal3(env, TRUE, FALSE));
+  R_xlen_t n = XLENGTH(names), k = 0;
+  SEXP closures = PROTECT(Rf_allocVector(VECSXP, n));
+  for (R_xlen_t i = 0; i < n; i++) {
+    SEXP closure;
+    if (may_be_unforced(env, Rf_installChar(STRING_ELT(names, i)), &closure)) {
+      UNPROTECT(2);
+      return Rf_ScalarLogical(TRUE);
+    }
+    if (closure != R_NilValue) SET_VECTOR_ELT(closures, k++, closure);
+  }
+  SEXP found = PROTECT(Rf_allocVector(VECSXP, k));
+  for (R_xlen_t i = 0; i < k; i++) SET_VECTOR_ELT(found, i, VECTOR_ELT(closures, i));
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  SET_VECTOR_ELT(out, 0, Rf_ScalarLogical(FALSE));
+  SET_VECTOR_ELT(out, 1, found);
+  UNPROTECT(4);
+  return out;
+}
+
 /* Puts back what ps_binding() saved, replacing a view swapped in meanwhile. */
 SEXP ps_restore_binding(SEXP env, SEXP name, SEXP type, SEXP value, SEXP saved) {
   env_arg(env);
