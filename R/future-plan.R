@@ -123,6 +123,11 @@ shm_multisession <- function(...,
   check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
   if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
   if (!is.environment(envir)) pageshare_stop("not_environment", "envir", describe_value(envir))
+  # (future >= 1.40 sets the plan up through the "factory" below and never
+  # calls this function: called by hand there, it says how to use it)
+  if (!"MultisessionFuture" %in% getNamespaceExports("future")) {
+    pageshare_stop("plan_called_directly", format(utils::packageVersion("future")))
+  }
   if (workers == 1L && !inherits(workers, "AsIs")) {
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }

@@ -66,6 +66,7 @@ pageshare_messages <- list(
   duplicate_names = "`variableList` names %s more than once; each variable needs a name of its own (nothing was registered)",
   not_environment = "`%s` must be an environment, not %s",
   not_strings = "`%s` must be %s, not %s",
+  plan_called_directly = "shm_multisession() is a plan for future: set it with future::plan(shm_multisession) instead of calling it (future %s sets its plans up itself)",
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
 )
 

@@ -123,6 +123,10 @@ SEXP ps_frame_promises(SEXP env) {
 SEXP ps_restore_binding(SEXP env, SEXP name, SEXP type, SEXP value, SEXP saved) {
   env_arg(env);
   SEXP sym = ps_symbol_arg(name, "name");
+  /* (read as a number only once it is one: R would parse a string) */
+  if (TYPEOF(type) != INTSXP || XLENGTH(type) != 1) {
+    ps_raise_error("pageshare_bad_argument", "`type` must be a binding type as ps_binding() gives it (one integer)");
+  }
 #if R_VERSION >= R_Version(4, 6, 0)
   if (Rf_asInteger(type) == B_FORCED) {
     R_MakeForcedBinding(sym, saved, value, env);

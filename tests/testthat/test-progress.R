@@ -83,6 +83,8 @@ progress_seen <- function(run) {
     if (p$type %in% c("initiate", "update", "finish")) {
       seen[nrow(seen) + 1L, ] <<- list(p$type, if (p$type == "update") p$amount else 0, as.numeric(Sys.time()))
     }
+    # (progressr >= 1.0 reads what a handler returns: whether its bar finished)
+    invisible(identical(p$type, "finish"))
   })
   progressr::with_progress(run(dir), handlers = recorder, enable = TRUE)
   ends <- vapply(list.files(dir, full.names = TRUE), function(f) as.numeric(readLines(f)), 0)
