@@ -75,7 +75,7 @@
 #'    `--min-vsize` in `rscript_args`.}
 #' }
 #' @name pageshare_options
-#' @aliases pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
+#' @aliases pageshare.options pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
 #'   pageshare.max_shared_bytes
 #'   pageshare.share_results pageshare.release_source pageshare.worker_vsize
 #'   pageshare.verbose

@@ -21,6 +21,13 @@ src=$(pwd)
 Rscript tools/check-help.R man
 # The tarball carries the Rust crates it builds with (tools/vendor.sh).
 bash tools/vendor.sh
+# inst/AUTHORS (rewritten by vendor.sh) must be the one committed: it is what
+# the tarball says about the crates it carries.
+if command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet -- inst/AUTHORS; then
+  git diff -- inst/AUTHORS
+  echo "inst/AUTHORS is out of date with the vendored crates: commit the version tools/vendor.sh wrote" >&2
+  exit 1
+fi
 (cd "$work" && R CMD build "$src" >build.log 2>&1) || { cat "$work/build.log"; exit 1; }
 # It installs with the network cut and no cargo cache, and its vignettes are
 # there (needs root for the network namespace: said, not silently skipped).
@@ -53,24 +60,14 @@ if [ "$status" -ne 0 ] || grep -q '^Status:.*\(ERROR\|WARNING\)' "$work/check.lo
   echo "R CMD check: $result"
   exit 1
 fi
-# Every NOTE is one we know and can say why; another fails the check.
+# Every NOTE is one we know and say why in cran-comments.md (a line
+# "- checking <check>: <why>"); another fails the check.
 unexplained=0
 while read -r check; do
-  case "$check" in
-    "installed package size")
-      why="the Rust core is a static library linked into pageshare.so (libs is most of the size)" ;;
-    "top-level files")
-      why="Cargo.toml and Cargo.lock are the Rust workspace: the crates under src/rust take their edition and pinned versions from it" ;;
-    "dependencies in R code")
-      why="the ::: calls are in the expressions sent to workers and in shm_multisession()'s default for workers, which run outside the package namespace (future evaluates a plan's formals outside it)" ;;
-    "R code for possible problems")
-      why="attach() runs on workers only for doParallel's option attachExportEnv = TRUE, which registerDoShm() honours as doParallel does" ;;
-    "for future file timestamps"|"CRAN incoming feasibility")
-      why="needs the network or a time server, which the check is run without" ;;
-    *) why=""; unexplained=1 ;;
-  esac
+  why=$(awk -v c="- checking $check: " 'index($0, c) == 1 { print substr($0, length(c) + 1) }' cran-comments.md)
+  [ -n "$why" ] || unexplained=1
   grep -A4 "^\* checking $check .*NOTE$" "$work/check.log" | sed 's/^/  /'
-  if [ -n "$why" ]; then echo "  -> NOTE explained: $why"; else echo "  -> NOTE not explained: say why in tools/check-package.sh or fix it"; fi
+  if [ -n "$why" ]; then echo "  -> NOTE explained: $why"; else echo "  -> NOTE not explained: say why in cran-comments.md or fix it"; fi
 done < <(sed -n 's/^\* checking \(.*\) \.\.\. NOTE$/\1/p' "$work/check.log")
 echo "R CMD check ${flags[*]} of the built tarball ($(R --version | head -n 1)): $result"
 [ "$unexplained" -eq 0 ] || exit 1

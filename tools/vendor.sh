@@ -8,7 +8,7 @@
 # entries, versions unchanged: checked here), which src/rust/build.sh builds
 # with `--locked`. Needs the crates once, from crates.io or cargo's cache.
 #
-#   bash tools/vendor.sh          # writes src/rust/vendor.tar.xz
+#   bash tools/vendor.sh          # writes src/rust/vendor.tar.xz and inst/AUTHORS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -30,5 +30,8 @@ if [ -n "$changed" ]; then
   echo "vendor.sh: the vendored Cargo.lock differs from Cargo.lock in: $changed" >&2
   exit 1
 fi
+# inst/AUTHORS names each vendored crate's licence and copyright holders, from
+# the crates themselves; a change to the crates shows up as a change to it.
+Rscript tools/vendored-authors.R "$work/vendor" inst/AUTHORS
 tar -cJf src/rust/vendor.tar.xz -C "$work" vendor Cargo.lock
 echo "vendored $(ls "$work/vendor" | tr '\n' ' ')into src/rust/vendor.tar.xz ($(du -k src/rust/vendor.tar.xz | cut -f1) KB)"

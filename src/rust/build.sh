@@ -41,7 +41,11 @@ if [ -z "$version" ] || [ "$major" -lt "$min_major" ] ||
 fi
 
 if [ ! -f rust/vendor.tar.xz ]; then
-  exec cargo build --release --quiet --jobs 2 --manifest-path=rust/pageshare-r/Cargo.toml --target-dir="$target_dir"
+  # Without vendored crates cargo fetches them; offline that fails with
+  # cargo's own words only, so say where a self-contained tarball comes from.
+  cargo build --release --quiet --jobs 2 --manifest-path=rust/pageshare-r/Cargo.toml --target-dir="$target_dir" && exit 0
+  echo "pageshare: cargo could not build the Rust crates (above); to install without network, build the tarball from a clone with 'bash tools/vendor.sh && R CMD build .', which carries the crates." >&2
+  exit 1
 fi
 
 # Offline, from the vendored crates: the workspace (its root is the package's
