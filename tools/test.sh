@@ -19,6 +19,19 @@ started_by_this_run() {
   tr '\0' '\n' 2>/dev/null <"/proc/$1/environ" | grep -qx "PAGESHARE_TEST_RUN=$PAGESHARE_TEST_RUN"
 }
 
+# An index entry is held by the flock of the process that shares under it
+# (/proc/locks names it by device and inode); one held only by processes
+# outside this run belongs to that other run. An entry nobody holds counts.
+held_by_another_run() {
+  local dev ino holders pid
+  read -r dev ino < <(stat -c '%d %i' "$1" 2>/dev/null) || return 1
+  dev=$(printf '%02x:%02x:%d' $(((dev >> 8) & 0xfff)) $(((dev & 0xff) | ((dev >> 12) & 0xfff00))) "$ino")
+  holders=$(awk -v id="$dev" '{ for (i = 2; i < NF; i++) if ($i == id) print $(i - 1) }' /proc/locks)
+  [ -n "$holders" ] || return 1
+  for pid in $holders; do started_by_this_run "$pid" && return 1; done
+  return 0
+}
+
 # What holds or names pageshare segments now: processes of this run with a
 # pageshare memfd open ("pid"), index entries and files in /dev/shm.
 pageshare_leftovers() {
@@ -27,7 +40,9 @@ pageshare_leftovers() {
   done | sort -u | while read -r pid; do
     started_by_this_run "$pid" && echo "process $pid"
   done
-  ls -A /dev/shm/pageshare-"$(id -u)" 2>/dev/null | sed 's/^/index entry /'
+  for entry in /dev/shm/pageshare-"$(id -u)"/*; do
+    [ -e "$entry" ] && ! held_by_another_run "$entry" && echo "index entry ${entry##*/}"
+  done
   ls -A /dev/shm 2>/dev/null | grep '^pageshare\.' | sed 's/^/file /'
 }
 before=$(pageshare_leftovers | sort)
