@@ -60,6 +60,8 @@
 #'     abandoned because a wait for the pool was interrupted (Ctrl-C): the
 #'     workers were restarted, so its value is lost, though no worker died.
 #'     Submit it again.}
+#'   \item{`pageshare_timeout`}{[shm_value()] with a `timeout` had no value
+#'     in time; the task goes on running.}
 #'   \item{`pageshare_task_failed`}{`FUN` failed in a worker ([shm_value()],
 #'     [shm_map()], [memApply()], [memLapply()]): the condition's `parent` is
 #'     `FUN`'s own condition, with its class and call.}

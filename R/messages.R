@@ -48,6 +48,10 @@ pageshare_messages <- list(
   too_many_workers = "`%s` = %d workers on the %d CPU cores this R session may use would load them to %s, above the %s limit of %s that option %s sets (parallelly's rule for workers on this machine: by default a warning above 100%%, an error above 300%%). Use fewer workers, or allow more, e.g. options(%s = %s), or give the count as I(n)",
   pool_size = "`%s` must be a whole number of workers from 1 to 4096, not %s",
   not_task = "`task` must be a task returned by shm_call(), not %s",
+  task_timeout = "task %s gave no value within `timeout` = %s seconds; it goes on running: wait again with shm_value(), or check with shm_resolved()",
+  everywhere_names = "the values in `...` of shm_everywhere() must all be named, each name once, e.g. shm_everywhere(f(x), x = x)",
+  everywhere_failed = "`expr` of shm_everywhere() failed on worker process %d: %s (workers started later will not run it)",
+  setup_failed = "the set-up code of shm_everywhere() failed on worker process %d, so it runs no task: %s. stop_workers() starts a pool without it",
   task_lost = "task %s was sent to a pool that has since been stopped; its value is lost (submit it again)",
   task_interrupted = "task %s was abandoned when a wait for the pool was interrupted (Ctrl-C): its worker was restarted and its value is lost; no worker died. Submit it again with shm_call()",
   pool_task_failed = "`FUN` failed in %s: %s",
@@ -78,7 +82,7 @@ pageshare_message_kinds <- c(
   worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
   pool_unknown_event = "internal",
-  need_progressr = "missing_package",
+  need_progressr = "missing_package", task_timeout = "timeout", setup_failed = "worker_setup",
   foreign_internal = "internal", received_handle = "segment_gone")
 
 pageshare_stop <- function(key, ..., call = NULL) {

@@ -49,7 +49,9 @@ pool_start <- function(n) {
   args <- worker_heap_args(c("--no-echo", "--no-restore", "-e", "pageshare:::pool_worker_main()"))
   libs <- paste(.libPaths(), collapse = .Platform$path.sep)
   limits <- as.numeric(c(pool_depth, default_cores(), pool_spin_microseconds))
-  pids <- .Call(ps_pool_start, n, rscript, args, c("R_LIBS", "TMPDIR"), c(libs, pool_worker_tmpdir()),
+  # (PAGESHARE_POOL_SETUP: the set-up calls a worker runs first, see pool_keep_setup())
+  pids <- .Call(ps_pool_start, n, rscript, args, c("R_LIBS", "TMPDIR", "PAGESHARE_POOL_SETUP"),
+                c(libs, pool_worker_tmpdir(), pool_setup_file()),
                 pool_ring_bytes, pool_connect_seconds(n), limits)
   shm_pool$pids <- pids
   shm_pool$generation <- (shm_pool$generation %||% 0) + 1

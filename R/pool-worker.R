@@ -31,13 +31,17 @@ pool_worker_main <- function() {
   .Call(ps_pool_worker_connect)
   become_receiver()
   maps <- new.env(parent = emptyenv())
+  # (set-up code of shm_everywhere() that failed here fails every task)
+  setup_error <- pool_worker_startup(maps)
   serve <- function() {
     repeat {
       # (plain calls are run and answered in C while no earlier message left
       # state to let go of; the first message it leaves is run here)
-      msg <- .Call(ps_pool_worker_serve, pool_worker_clean(maps))
+      msg <- .Call(ps_pool_worker_serve, is.null(setup_error) && pool_worker_clean(maps))
       if (is.null(msg)) return(TRUE)
-      reply <- if (!is.null(msg$shared)) {
+      reply <- if (!is.null(setup_error)) {
+        pool_error_reply(NA_integer_, setup_error)
+      } else if (!is.null(msg$shared)) {
         pool_worker_shared_reply(msg$shared)
       } else if (msg$plain) {
         pool_worker_plain(msg$payload, msg$release, msg$scan, maps)

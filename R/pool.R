@@ -35,6 +35,9 @@
 #' @param FUN A function (or the name of one).
 #' @param ... Arguments for `FUN`, evaluated in this session.
 #' @param task A task returned by `shm_call()`.
+#' @param timeout `NULL` (wait as long as it takes) or the most seconds to
+#'   wait; a task with no value by then is a `pageshare_timeout` error, and
+#'   goes on running (see [shm_resolved()]).
 #' @return `start_workers()`: the workers' process ids, invisibly.
 #'   `shm_call()`: a task (class `pageshare_task`). `shm_value()`: the value
 #'   of `FUN(...)`.
@@ -53,7 +56,12 @@ NULL
 #' @export
 start_workers <- function(n = NULL) {
   n <- pool_worker_count(n, "n")
-  if (length(shm_pool$pids) != n) pool_start(n) else pool_fill_vacancies()
+  if (length(shm_pool$pids) != n) {
+    pool_forget_setup()
+    pool_start(n)
+  } else {
+    pool_fill_vacancies()
+  }
   invisible(shm_pool$pids)
 }
 
@@ -102,8 +110,15 @@ shm_call <- function(FUN, ...) {
 
 #' @rdname shm_pool
 #' @export
-shm_value <- function(task) {
+shm_value <- function(task, timeout = NULL) {
   if (missing(task)) pageshare_stop("missing_argument", "task", "shm_value", "shm_value")
+  if (!is.null(timeout)) {
+    check_task(task)
+    if (!is.numeric(timeout) || length(timeout) != 1L || is.na(timeout) || timeout < 0) {
+      pageshare_stop("number", "timeout", "of seconds, at least 0 (or NULL: no limit)", describe_value(timeout))
+    }
+    if (!pool_await(task, timeout)) pageshare_stop("task_timeout", format(task$tag), format(timeout))
+  }
   # (a call's value read in one step, in C, while its reply says "ok" or while
   # nothing but such replies arrive; the rest here)
   got <- .Call(ps_task_value_plain, task, shm_pool$generation)
@@ -156,4 +171,7 @@ plain_call <- function(FUN, args, threshold) .Call(ps_plain_call, environment(FU
 #' @examples
 #' stop_workers()
 #' @export
-stop_workers <- function() invisible(isTRUE(tryCatch(pool_stop(), error = function(e) FALSE)))
+stop_workers <- function() {
+  pool_forget_setup()
+  invisible(isTRUE(tryCatch(pool_stop(), error = function(e) FALSE)))
+}

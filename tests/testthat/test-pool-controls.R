@@ -1,0 +1,118 @@
+# shm_everywhere(), shm_resolved(), shm_value(timeout =) and shm_status():
+# the controls of pageshare's pool (R/pool-controls.R).
+
+# The values of `f()` on every worker of the pool, in slot order.
+on_each_worker <- function(f) pageshare:::pool_call_each(f)
+
+test_that("shm_everywhere() runs its code on every worker, with its values, in order", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  shm_everywhere(library(tools), k = 41)
+  shm_everywhere(answer <- k + 1)
+  got <- on_each_worker(function() list(answer = get("answer", globalenv()), tools = "package:tools" %in% search()))
+  expect_length(got, 2L)
+  for (g in got) expect_identical(g, list(answer = 42, tools = TRUE))
+  expect_identical(shm_status()$setup, 2L)
+})
+
+test_that("a large value given to shm_everywhere() reaches the workers as shared pages", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  big <- runif(3e5)
+  shm_everywhere(NULL, ref = big)
+  got <- on_each_worker(function() c(shared = pageshare::is_shared(ref), sum = sum(ref)))
+  for (g in got) expect_identical(g, c(shared = 1, sum = sum(big)))
+})
+
+test_that("a worker started after shm_everywhere() runs the set-up before its first task", {
+  skip_on_cran()
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  shm_everywhere(a <- 1)
+  shm_everywhere(b <- a + 1, unused = "x")
+  victim <- pageshare:::pool_pids()[2L]
+  tools::pskill(victim, tools::SIGKILL)
+  expect_true(pids_gone(victim))
+  got <- suppressWarnings(on_each_worker(function() c(a, b)))   # (the death is a warning)
+  expect_false(victim %in% pageshare:::pool_pids())
+  for (g in got) expect_identical(g, c(1, 2))
+})
+
+test_that("set-up code that fails is an error naming the worker, and is not kept", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  e <- tryCatch(shm_everywhere(stop("no such set-up")), error = function(e) e)
+  expect_s3_class(e, "pageshare_task_failed")
+  expect_match(conditionMessage(e), sprintf("worker process (%s)", paste(pageshare:::pool_pids(), collapse = "|")))
+  expect_identical(conditionMessage(e$parent), "no such set-up")
+  expect_identical(shm_status()$setup, 0L)
+  expect_equal(shm_value(shm_call(function() 3)), 3)   # the pool works on
+})
+
+test_that("set-up code that fails on a later worker fails that worker's tasks, saying why", {
+  skip_on_cran()
+  on.exit(stop_workers(), add = TRUE)
+  flag <- tempfile()
+  start_workers(2)
+  shm_everywhere(if (file.exists(flag)) stop("the flag is up"), flag = flag)
+  file.create(flag)
+  victim <- pageshare:::pool_pids()[2L]
+  tools::pskill(victim, tools::SIGKILL)
+  expect_true(pids_gone(victim))
+  e <- tryCatch(suppressWarnings(on_each_worker(function() 1)), error = function(e) e)
+  expect_s3_class(e, "pageshare_task_failed")
+  expect_s3_class(e$parent, "pageshare_worker_setup")
+  expect_match(conditionMessage(e$parent), "failed on worker process [0-9]+, so it runs no task: the flag is up")
+  # a new pool starts without the set-up
+  stop_workers()
+  start_workers(2)
+  expect_identical(shm_status()$setup, 0L)
+  expect_equal(unlist(on_each_worker(function() exists("flag", globalenv()))), c(FALSE, FALSE))
+})
+
+test_that("shm_value(timeout =) gives up in time and the task goes on; shm_resolved() does not wait", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  flag <- tempfile()
+  task <- shm_call(function(f) {
+    while (!file.exists(f)) Sys.sleep(0.01)
+    7
+  }, flag)
+  expect_false(shm_resolved(task))
+  expect_error(shm_value(task, timeout = 0), class = "pageshare_timeout")
+  e <- tryCatch(shm_value(task, timeout = 0.05), error = function(e) e)
+  expect_s3_class(e, "pageshare_timeout")
+  expect_match(conditionMessage(e), "no value within `timeout` = 0.05 seconds")
+  expect_false(shm_resolved(task))
+  file.create(flag)
+  expect_identical(shm_value(task, timeout = Inf), 7)
+  expect_true(shm_resolved(task))
+  expect_identical(shm_value(task, timeout = 0), 7)
+  done <- shm_call(function() 1)
+  while (!shm_resolved(done)) Sys.sleep(0.001)
+  expect_identical(shm_value(done), 1)
+})
+
+test_that("shm_value(timeout =) and shm_resolved() of a task of a stopped pool say it is lost", {
+  start_workers(1)
+  task <- shm_call(function() 1)
+  stop_workers()
+  expect_error(shm_resolved(task), class = "pageshare_worker_died")
+  expect_error(shm_value(task, timeout = 1), class = "pageshare_worker_died")
+})
+
+test_that("shm_status() names the workers and what this session shares", {
+  on.exit(stop_workers(), add = TRUE)
+  stop_workers()
+  expect_output(print(shm_status()), "pageshare pool: not running")
+  start_workers(2)
+  x <- share(runif(2e5))
+  s <- shm_status()
+  expect_s3_class(s, "pageshare_status")
+  expect_identical(s$workers$pid, pageshare:::pool_pids())
+  expect_true(all(s$workers$rss_bytes > 0))
+  out <- capture.output(print(s))
+  expect_match(out[1L], "pageshare pool: 2 worker\\(s\\), set-up calls: 0")
+  for (pid in s$workers$pid) expect_true(any(grepl(sprintf("worker %d: .*[KM]iB", pid), out)))
+  expect_match(out[length(out)], "segments shared by this session: [1-9][0-9]*, ")
+})
