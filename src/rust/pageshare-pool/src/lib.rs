@@ -14,6 +14,7 @@
 //! - [`dispatch`]: the master's bookkeeping of which worker has which message;
 //! - [`master`]: the master's state machine: sending, waits and their events;
 //! - [`worker`]: the worker's side: connect, and die with the master;
+//! - [`map_plan`]: how a map's elements are cut into chunks for the workers;
 //! - [`rng`]: the random-number stream of each element of a map;
 //! - [`wire`]: every code of the pool's messages and events, their versions,
 //!   and the encoding of frame and message headers.
@@ -21,6 +22,7 @@
 
 pub mod dispatch;
 pub mod handshake;
+pub mod map_plan;
 pub mod master;
 pub mod pool;
 pub mod region;

@@ -2,9 +2,12 @@
 //! speak the wire: dispatch over workers, the word that lets a worker let go
 //! of its results, a worker's death mid-task (what it began fails, what it
 //! never read goes again or back to its owner), replies out of step,
-//! conditions, damaged tags, and waits given up. (A master's death:
+//! conditions, damaged tags, waits given up, and a map's chunks
+//! ([`MapPlan`]) over the workers while one of them dies. (A master's death:
 //! tests_process.rs.)
 
+use crate::dispatch::FreeSlot;
+use crate::map_plan::{Chunk, MapPlan};
 use crate::master::{Master, Submitted};
 use crate::pool::Pool;
 use crate::tests_process::{eventually, gone, never, self_as};
@@ -255,5 +258,77 @@ fn waits_end_when_given_up_and_stop_gives_back_what_was_out() {
     let pid = m.pool().pid(0);
     assert_eq!(m.stop(), vec![7]);
     assert!(eventually(|| gone(pid)));
+    std::fs::remove_dir_all(go.parent().unwrap()).unwrap();
+}
+
+/// A map as pageshare-r drives one: chunks of the plan go to workers with
+/// room; a worker dies mid-map (with one chunk begun and one never read);
+/// the chunk it never read goes again, to the other worker, and every
+/// element but those of the chunk it began is answered exactly once.
+#[test]
+fn a_map_goes_on_without_a_worker_that_dies_and_its_unread_chunk_goes_again() {
+    let go = trigger("map");
+    let mut m = master(2, 2);
+    let dying = m.pool().pid(0);
+    let n = 300u64;
+    let mut plan = MapPlan::new(n, 2);
+    let mut sent: Vec<Chunk> = Vec::new();
+    let mut answered = vec![0u32; n as usize];
+    let mut failed: Vec<Chunk> = Vec::new();
+    let mut requeued = 0;
+    // (the first message of worker 0 waits for `go`, then ends the process:
+    // it is the chunk it began; the one behind it it never read)
+    let mut first = true;
+    let mut out = 0usize;
+    loop {
+        while let FreeSlot::Slot(slot) = m.dispatch().free_slot(0, None) {
+            let Some(c) = plan.next_chunk() else { break };
+            let body = if first && slot == 0 {
+                first = false;
+                format!("die-when:{}", go.display())
+            } else {
+                format!("chunk {} {}", c.start, c.end)
+            };
+            sent.push(c);
+            submit(&mut m, Some(slot), &body, true, false, sent.len() - 1);
+            out += 1;
+            if m.dispatch().load(0) == 2 && !go.exists() {
+                // (worker 0 holds its begun chunk and one unread: now it dies)
+                std::fs::write(&go, b"").unwrap();
+            }
+        }
+        if out == 0 {
+            break;
+        }
+        match next(&mut m) {
+            Event::Reply { what, payload, .. } => {
+                out -= 1;
+                let c = sent[what];
+                assert!(text(&payload).starts_with(&format!("chunk {} {}", c.start, c.end)));
+                for i in c.start..c.end {
+                    answered[i as usize] += 1;
+                }
+                plan.record_rate(1e-6);
+            }
+            Event::Died { slot: 0, pid, begun, unread, .. } => {
+                assert_eq!(pid, dying);
+                out -= begun.len() + unread.len();
+                failed.extend(begun.iter().map(|&w| sent[w]));
+                for w in unread {
+                    requeued += 1;
+                    plan.requeue(sent[w]);
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(eventually(|| gone(dying)));
+    assert_eq!(failed.len(), 1, "the chunk it began fails");
+    assert!(requeued >= 1, "the chunk it never read went again");
+    for i in 0..n {
+        let expected = u32::from(!failed.iter().any(|c| (c.start..c.end).contains(&i)));
+        assert_eq!(answered[i as usize], expected, "element {i}");
+    }
+    m.stop();
     std::fs::remove_dir_all(go.parent().unwrap()).unwrap();
 }
