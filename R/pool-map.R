@@ -93,25 +93,14 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
   stage <- if (handles) with_handles(serialize(stage, NULL, xdr = FALSE)) else serialize(stage, NULL, xdr = FALSE)
   id <- shm_pool$next_map <- (shm_pool$next_map %||% 0) + 1
   threshold <- share_threshold()
-  map <- new.env(parent = emptyenv())
-  map$next_i <- 1
-  map$rate <- NA_real_   # seconds per element, as measured so far
-  map$redo <- list()     # chunks a dead worker never began
+  # (how the elements are cut into chunks: map_plan.rs in the pool crate)
+  .Call(ps_map_begin, id, n, length(slots))
+  on.exit(.Call(ps_map_end, id), add = TRUE)
   job <- new_job(slots = slots, next_item = function(slot, first) {
-    if (length(map$redo)) {
-      from <- map$redo[[1L]]$from
-      to <- map$redo[[1L]]$to
-      map$redo[[1L]] <- NULL
-    } else {
-      if (map$next_i > n) return(NULL)
-      from <- map$next_i
-      left <- n - from + 1
-      # (once the rest is split evenly, every worker's share is the same size)
-      size <- map$even %||% map_chunk_size(left, map$rate, length(slots))
-      if (is.null(map$even) && map_split_evenly(left, map$rate, length(slots))) map$even <- size
-      to <- min(n, from + size - 1)
-      map$next_i <- to + 1
-    }
+    chunk <- .Call(ps_map_next, id)
+    if (is.null(chunk)) return(NULL)
+    from <- chunk[[1L]]
+    to <- chunk[[2L]]
     msg <- list(op = "chunk", map = id, from = from, to = to, threshold = threshold, stage = if (first) stage)
     list(payload = serialize(msg, NULL, xdr = FALSE), info = list(from = from, to = to, pid = shm_pool$pids[slot]))
   }, on_reply = function(info, reply) {
@@ -122,33 +111,14 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
     }
     len <- info$to - info$from + 1
     job$out[seq.int(info$from, info$to)] <- reply$value
-    if (!is.null(reply$rate)) map$rate <- reply$rate
+    if (!is.null(reply$rate)) .Call(ps_map_rate, id, reply$rate)
     if (!is.null(progress)) progress(amount = len)
   }, requeue = function(info) {
-    map$redo[[length(map$redo) + 1L]] <- info[c("from", "to")]
+    .Call(ps_map_requeue, id, info$from, info$to)
   })
   job$out <- vector("list", n)
   job$keep <- state$views   # (until the job and its pending items are gone)
   pool_drive(job)
-}
-
-# How many elements the next chunk takes: enough to run for about
-# `map_chunk_seconds` at the rate measured so far (a probe of
-# `map_probe_elements` until a rate is known), never more than a share of
-# what is left, so that the workers finish together; once what is left would
-# take each worker less than one chunk's time, it is split evenly (a smaller
-# chunk would cost more in round trips than it could save in balance).
-map_chunk_seconds <- 0.01
-map_probe_elements <- 2
-
-map_chunk_size <- function(left, rate, workers) {
-  if (is.na(rate)) return(max(1, min(map_probe_elements, ceiling(left / (2 * workers)))))
-  if (map_split_evenly(left, rate, workers)) return(ceiling(left / workers))
-  max(1, min(floor(map_chunk_seconds / max(rate, 1e-7)), ceiling(left / (2 * workers))))
-}
-
-map_split_evenly <- function(left, rate, workers) {
-  !is.na(rate) && left * max(rate, 1e-7) / workers <= map_chunk_seconds
 }
 
 element_label <- function(i, nms) {

@@ -46,7 +46,8 @@
   X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
   X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)                             \
   X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \
-  X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)
+  X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)                  \
+  X(ps_map_begin, 3) X(ps_map_next, 1) X(ps_map_rate, 2) X(ps_map_requeue, 3) X(ps_map_end, 1)
 
 #define C_ENTRY_POINTS(X)                                                                          \
   X(ps_serialized_size, 1) X(ps_binding, 2) X(ps_frame_promises, 1) X(ps_restore_binding, 5) X(ps_unlock_binding, 2)       \

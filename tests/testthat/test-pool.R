@@ -280,15 +280,26 @@ test_that("shm_map() spreads expensive elements and batches cheap ones", {
   expect_identical(unlist(shm_map(1:3000, function(i) i)), 1:3000)
 })
 
-test_that("chunks: a probe first, then ~10 ms of work, then an even split of the rest", {
-  size <- pageshare:::map_chunk_size
-  expect_identical(size(2000, NA_real_, 2), 2)               # rate unknown: a probe
-  expect_identical(size(3, NA_real_, 2), 1)                  # (never more than a share)
-  expect_identical(size(2000, 1e-3, 2), 10)                  # 1 ms each: 10 per chunk
-  expect_identical(size(2000, 1, 2), 1)                      # 1 s each: one by one
-  expect_identical(size(2000, 1e-6, 2), 1000)                # the rest is little work: split evenly
-  expect_identical(size(1e6, 1e-6, 2), 10000)                # else ~10 ms of work ...
-  expect_identical(size(25000, 1e-6, 2), 6250)               # ... at most a quarter of what is left
+test_that("a map's chunks come from its plan in Rust: every element once, requeued chunks first", {
+  # (the sizes themselves: map_plan.rs's tests)
+  call <- function(name, ...) .Call(getNativeSymbolInfo(name, "pageshare"), ...)
+  id <- 1e6 + sample.int(1000, 1)
+  call("ps_map_begin", id, 1000, 2)
+  on.exit(call("ps_map_end", id), add = TRUE)
+  first <- call("ps_map_next", id)
+  expect_identical(first, c(1, 2))                            # a probe first
+  second <- call("ps_map_next", id)
+  call("ps_map_requeue", id, first[[1]], first[[2]])
+  expect_identical(call("ps_map_next", id), first)            # a requeued chunk goes first
+  call("ps_map_rate", id, 1e-3)                               # 1 ms each: 10 per chunk
+  third <- call("ps_map_next", id)
+  expect_identical(third, c(second[[2]] + 1, second[[2]] + 10))
+  seen <- c(seq(first[[1]], first[[2]]), seq(second[[1]], second[[2]]), seq(third[[1]], third[[2]]))
+  while (!is.null(chunk <- call("ps_map_next", id))) seen <- c(seen, seq(chunk[[1]], chunk[[2]]))
+  expect_equal(sort(seen), 1:1000)
+  call("ps_map_end", id)
+  expect_null(call("ps_map_next", id))                        # an ended map gives nothing
+  expect_error(call("ps_map_begin", id, -1, 2), class = "pageshare_bad_argument")
 })
 
 test_that("the same seed gives the same numbers with any number of workers", {

@@ -9,6 +9,7 @@ pub mod args;
 pub mod boundary;
 pub mod cache;
 pub mod entry_keys;
+pub mod entry_map_plan;
 pub mod entry_memshare;
 pub mod entry_pool;
 pub mod entry_pool_messages;
