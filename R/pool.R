@@ -68,7 +68,7 @@ shm_call <- function(FUN, ...) {
     force_sent_promises(new.env(parent = emptyenv()), NULL, args)
     break
   }
-  # (a plain call to a running pool is made and sent in one step, in C)
+  # (a plain call to a running pool is made and sent in one step, in Rust)
   task <- .Call(ps_pool_call_plain, FUN, args, shm_pool$pids, shm_pool$generation)
   if (is.environment(task)) return(task)
   if (identical(task, -2)) pool_interrupted()
@@ -104,7 +104,7 @@ shm_call <- function(FUN, ...) {
 #' @export
 shm_value <- function(task) {
   if (missing(task)) pageshare_stop("missing_argument", "task", "shm_value", "shm_value")
-  # (a call's value read in one step, in C, while its reply says "ok" or while
+  # (a call's value read in one step, in Rust, while its reply says "ok" or while
   # nothing but such replies arrive; the rest here)
   got <- .Call(ps_task_value_plain, task, shm_pool$generation)
   if (length(got) == 1L) return(got[[1L]])

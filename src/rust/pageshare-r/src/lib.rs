@@ -12,6 +12,7 @@ pub mod entry_keys;
 pub mod entry_memshare;
 pub mod entry_pool;
 pub mod entry_pool_messages;
+pub mod entry_pool_plain;
 pub mod entry_process;
 pub mod entry_share;
 pub mod entry_tasks;
@@ -19,6 +20,7 @@ pub mod faults;
 pub mod mutual_info;
 pub mod pool_master;
 pub mod r_calls;
+pub mod r_serialize;
 pub mod r_store;
 pub mod r_sys;
 pub mod share_pipeline;
@@ -26,6 +28,7 @@ pub mod source_pages;
 pub mod view;
 pub mod watchdog;
 pub mod wire_r;
+pub mod wire_values;
 
 extern "C" fn withdraw_at_exit() {
     // A normal exit leaves no index entry (kill -9 leaves a stale one, removed
