@@ -103,7 +103,7 @@ void ps_raise_error(const char *kind, const char *message) {
 
 /* The symbol the R string (CHARSXP) `c` names, if R can translate it (not
  * NA, not "bytes"-encoded, which R refuses with an error of its own). */
-SEXP ps_symbol_of(SEXP c, const char *what) {
+static SEXP ps_symbol_of(SEXP c, const char *what) {
   if (c == NA_STRING || Rf_getCharCE(c) == CE_BYTES) {
     char message[200];
     snprintf(message, sizeof message, "`%s` must be text that can name a variable (not NA, not \"bytes\")", what);

@@ -90,7 +90,7 @@ test_that("only the pool's wire module defines the codes of its messages and eve
   expect_identical(basename(Filter(positional, rc)), character(0))
 })
 
-test_that("no C file encodes or decodes the pool's messages or touches R's serialization", {
+test_that("no C file encodes or decodes the pool's messages or touches R's serialization, and C stays small", {
   root <- source_root()
   skip_if(is.null(root), "no source tree here (R CMD check): tools/test.sh runs this test")
   c_files <- list.files(file.path(root, "src"), "\\.(c|h)$", full.names = TRUE)
@@ -103,4 +103,6 @@ test_that("no C file encodes or decodes the pool's messages or touches R's seria
   touches <- function(f, pattern) any(grepl(pattern, readLines(f, warn = FALSE)))
   expect_identical(basename(Filter(function(f) touches(f, serializes), c_files)), character(0))
   expect_identical(basename(Filter(function(f) touches(f, messages), c_files)), character(0))
+  lines <- sum(vapply(c_files, function(f) length(readLines(f, warn = FALSE)), 0L))
+  expect_lte(lines, 650)
 })

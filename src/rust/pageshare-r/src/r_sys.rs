@@ -51,6 +51,10 @@ extern "C" {
     pub fn Rf_allocList(n: std::os::raw::c_int) -> SEXP;
     pub fn Rf_inherits(x: SEXP, name: *const std::os::raw::c_char) -> std::os::raw::c_int;
     pub fn SETCAR(x: SEXP, y: SEXP) -> SEXP;
+    pub fn Rf_lang4(s: SEXP, t: SEXP, u: SEXP, v: SEXP) -> SEXP;
+    pub fn Rf_ScalarComplex(x: Rcomplex) -> SEXP;
+    pub fn Rf_ScalarRaw(x: Rbyte) -> SEXP;
+    pub fn RAW_ELT(x: SEXP, i: R_xlen_t) -> Rbyte;
     pub fn LOGICAL_RO(x: SEXP) -> *const std::os::raw::c_int;
     pub fn COMPLEX_RO(x: SEXP) -> *const Rcomplex;
     pub fn RAW_RO(x: SEXP) -> *const Rbyte;
