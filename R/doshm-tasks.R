@@ -27,7 +27,7 @@ has_loop <- function(expr) any(c("for", "while", "repeat") %in% all.names(expr))
 # Functions that, called at a body's top level, see the context eval() makes
 # for it (return() ends it, sys.call() and parent.frame() describe it). A body
 # that names none of them is evaluated without that context (ps_run_iterations,
-# in src/run_iterations.c), which is what makes a tiny iteration cheap; the others go
+# in src/rust/pageshare-r/src/run_iterations.rs), which is what makes a tiny iteration cheap; the others go
 # through eval() as foreach's own backends do.
 context_functions <- c("return", "on.exit", "sys.call", "sys.calls", "sys.function", "sys.frame",
                        "sys.frames", "sys.nframe", "sys.parent", "sys.parents", "sys.on.exit",
@@ -172,17 +172,30 @@ doshm_worker_task <- function(task) {
 # fails gives its error condition as its result and the others go on, so each
 # is evaluated exactly once. The indices of the results that are errors
 # (raised, or returned by the body) are attribute "errors". `direct` (see
-# evaluates_directly()): the iterations run in C (src/run_iterations.c);
-# else in R with eval(), one tryCatch() serving the iterations up to the next
+# evaluates_directly()): the iterations run in Rust (run_iterations.rs),
+# which writes their results into `out` and their kinds into `kinds` (0 a
+# value, 1 an error returned, 2 an error raised, 3 running); else in R with
+# eval(). Either way one tryCatch() serves the iterations up to the next
 # error (one per iteration would cost more than a tiny body).
 doshm_run_chunk <- function(columns, expr, env, direct = FALSE) {
   if (direct && length(columns)) {
-    run <- .Call(ps_run_iterations, columns, expr, env)
-    out <- run[[1L]]
-    errors <- which(run[[2L]] > 0L)
+    n <- length(columns[[1L]])
+    out <- vector("list", n)
+    kinds <- integer(n)
+    k <- 0L
+    while (k < n) {
+      k <- tryCatch(.Call(ps_run_iterations, columns, expr, env, out, kinds, k), error = function(e) {
+        failed <- match(3L, kinds)
+        if (is.na(failed)) stop(e)
+        out[failed] <<- list(e)
+        kinds[failed] <<- 2L
+        failed
+      })
+    }
+    errors <- which(kinds > 0L)
     # An error raised at the body's top level names the call eval() would
     # have, whichever way the body was evaluated.
-    for (k in which(run[[2L]] == 2L)) {
+    for (k in which(kinds == 2L)) {
       if (is_handler_call(conditionCall(out[[k]]))) {
         out[[k]]$call <- quote(eval(expr, env))
       }

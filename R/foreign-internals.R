@@ -161,11 +161,6 @@ conventions <- list(
   list(package = "foreach", name = "default combine", access = "read",
        why = paste("`function(a, ...) c(a, list(...))` in foreach's namespace with `.init` list()",
                    "(is_default_combine(); another definition is combined the general way)")),
-  list(package = "R", name = "serialization format 3 (native binary) of simple values", access = "written",
-       why = paste("the pool's plain calls and their replies write the bytes of attribute-free vectors and",
-                   "lists themselves (src/simple_serialize.c; R_Serialize allocates a 1,099-entry table per",
-                   "stream, which costs a small message more than the rest of its trip); checked once per",
-                   "process against R_Serialize's bytes, which are used instead where they differ")),
   list(package = "base", name = "tryCatch's frames", access = "read",
        why = paste("tryCatch() evaluates its expression in a frame called by doTryCatch() (is_handler_call();",
                    "if that changes, an error at a loop body's top level names that frame instead)"))

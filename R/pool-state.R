@@ -125,9 +125,9 @@ pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_, resend
 }
 
 # Waits for the next event of the pool and handles it; returns its name (see
-# `Event` in src/rust/pageshare-pool/src/wire.rs, and ps_pool_next_event_rs in
-# entry_pool_messages.rs; "delivered": a plain reply read and delivered in C,
-# see src/pool_plain_path.c): "idle" when no message is out (unless `idle`,
+# `Event` in src/rust/pageshare-pool/src/wire.rs, and event_to_r in
+# entry_pool_messages.rs; "delivered": a plain reply read and delivered on the
+# way, see entry_pool_plain.rs): "idle" when no message is out (unless `idle`,
 # which waits for a death).
 pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
   pool_on_event(.Call(ps_pool_next_event_delivered, timeout, idle))
@@ -137,7 +137,7 @@ pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
 # its name in `event`, its fields by name); returns its name.
 pool_on_event <- function(ev) {
   switch(ev$event,
-         reply = pool_on_reply(ev$what, ev$payload, ev$plain),
+         reply = pool_on_reply(ev$what, ev$payload, ev$plain, ev$value),
          died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting),
          interrupted = pool_interrupted(),
          out_of_step = pageshare_stop("pool_out_of_step", ev$slot, format(ev$tag), format(ev$expected)),
@@ -165,13 +165,15 @@ pool_on_condition <- function(payload) {
   invisible()
 }
 
-pool_on_reply <- function(what, payload, plain) {
+# A reply's payload: R's serialization of the reply, or, with `value`, the
+# task's value in the wire's own encoding (see wire.rs).
+pool_on_reply <- function(what, payload, plain, value = FALSE) {
   if (plain) {
     # A plain reply (no handle inside) is read in one step; should that fail
     # (no memory), its task fails and the error goes on to the caller.
     read <- FALSE
     on.exit(if (!read) pool_deliver(what, pool_unreadable_reply))
-    reply <- .Call(ps_unserialize, payload)
+    reply <- .Call(ps_pool_read_reply, payload, value)
     read <- TRUE
   } else {
     # (the messages waiting go once this reply is read: see entry_pool_messages.rs)

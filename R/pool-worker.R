@@ -15,14 +15,16 @@
 # src/rust/pageshare-pool/src/wire.rs): `tag` (its number), `payload`, and
 # three flags: `release`, the master holds every result this worker handed
 # over before, so their segments can be let go; `plain`, a call with no handle inside (see plain_call() in R/pool.R),
-# run in C (src/pool_plain_path.c); `scan`, the master let go of segments
-# since this worker's last message, so views of them may be stale; and
-# `shared`, the value of a plain call run in C on the way whose result is
-# worth sharing (else NULL).
+# in the wire's own message (`PlainCall` in src/rust/pageshare-pool/src/wire.rs),
+# run without R code on the way (entry_pool_plain.rs); `scan`, the master let
+# go of segments since this worker's last message, so views of them may be
+# stale; and `shared`, the value of a plain call run on the way whose result
+# is worth sharing (else NULL).
 # Every message carries `threshold`, the master's size from which a result
 # travels as shared data.
 # The reply is a serialized list(status = "ok", value) or
-# list(status = "error", index, condition).
+# list(status = "error", index, condition); a plain call's reply may instead
+# be its value in the wire's own encoding (a flag of the reply says so).
 
 pool_worker_main <- function() {
   # (attached, as on the workers of a cluster passed to registerDoShm(): loop
@@ -35,7 +37,7 @@ pool_worker_main <- function() {
   setup_error <- pool_worker_startup(maps)
   serve <- function() {
     repeat {
-      # (plain calls are run and answered in C while no earlier message left
+      # (plain calls are run and answered in Rust while no earlier message left
       # state to let go of; the first message it leaves is run here)
       msg <- .Call(ps_pool_worker_serve, is.null(setup_error) && pool_worker_clean(maps))
       if (is.null(msg)) return(TRUE)
@@ -68,7 +70,7 @@ pool_worker_main <- function() {
   invisible()
 }
 
-# May the next plain calls run in C? Not while an earlier message left a
+# May the next plain calls run without R code? Not while an earlier message left a
 # map's data, a foreach loop's state or an open handle scope (see
 # pool_worker_begin() and pool_worker_forget()).
 pool_worker_clean <- function(maps) {
@@ -118,7 +120,7 @@ pool_worker_forget <- function(maps, op = "call", starting = TRUE) {
 }
 
 # A plain call (no handle inside: see plain_call() in R/pool.R), run in one
-# step in C (src/pool_messages.c); a value worth sharing is shared here.
+# step (entry_pool_plain.rs); a value worth sharing is shared here.
 pool_worker_plain <- function(payload, release, scan, maps) {
   pool_worker_begin(release)
   pool_worker_forget(maps)

@@ -76,7 +76,7 @@ shm_call <- function(FUN, ...) {
     force_sent_promises(new.env(parent = emptyenv()), NULL, args)
     break
   }
-  # (a plain call to a running pool is made and sent in one step, in C)
+  # (a plain call to a running pool is made and sent in one step, in Rust)
   task <- .Call(ps_pool_call_plain, FUN, args, shm_pool$pids, shm_pool$generation)
   if (is.environment(task)) return(task)
   if (identical(task, -2)) pool_interrupted()
@@ -119,7 +119,7 @@ shm_value <- function(task, timeout = NULL) {
     }
     if (!pool_await(task, timeout)) pageshare_stop("task_timeout", format(task$tag), format(timeout))
   }
-  # (a call's value read in one step, in C, while its reply says "ok" or while
+  # (a call's value read in one step, in Rust, while its reply says "ok" or while
   # nothing but such replies arrive; the rest here)
   got <- .Call(ps_task_value_plain, task, shm_pool$generation)
   if (length(got) == 1L) return(got[[1L]])

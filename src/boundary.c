@@ -10,6 +10,7 @@
  *   stops R's jump at R_UnwindProtect in this file's frame; the Rust code
  *   returns an error to its shell, which resumes R's jump from there. */
 #include <Rinternals.h>
+#include <Rversion.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -102,7 +103,7 @@ void ps_raise_error(const char *kind, const char *message) {
 
 /* The symbol the R string (CHARSXP) `c` names, if R can translate it (not
  * NA, not "bytes"-encoded, which R refuses with an error of its own). */
-SEXP ps_symbol_of(SEXP c, const char *what) {
+static SEXP ps_symbol_of(SEXP c, const char *what) {
   if (c == NA_STRING || Rf_getCharCE(c) == CE_BYTES) {
     char message[200];
     snprintf(message, sizeof message, "`%s` must be text that can name a variable (not NA, not \"bytes\")", what);
@@ -131,4 +132,14 @@ static void check_interrupt(void *data) {
  * caller finishes its wait in order, then R raises the interrupt. */
 int ps_interrupt_pending(void) {
   return R_ToplevelExec(check_interrupt, NULL) == FALSE;
+}
+
+/* Has `x` any attribute? For Rust (wire_values.rs): R's API for this
+ * differs between R versions. */
+int ps_any_attrib(SEXP x) {
+#if R_VERSION >= R_Version(4, 5, 0)
+  return ANY_ATTRIB(x);
+#else
+  return ATTRIB(x) != R_NilValue;
+#endif
 }

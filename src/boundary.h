@@ -9,9 +9,8 @@ void ps_boundary_init(void);
 /* Raise an error of class c(kind, "pageshare_error", "error", "condition")
  * from an entry point written in C (kind e.g. "pageshare_bad_argument"). */
 void ps_raise_error(const char *kind, const char *message) __attribute__((noreturn));
-/* The symbol a single-string argument `what` names, or that a string
- * (CHARSXP) names; a classed error for NA or a "bytes"-encoded string. */
+/* The symbol a single-string argument `what` names; a classed error for NA
+ * or a "bytes"-encoded string. */
 SEXP ps_symbol_arg(SEXP name, const char *what);
-SEXP ps_symbol_of(SEXP c, const char *what);
 
 #endif

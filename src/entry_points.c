@@ -46,15 +46,16 @@
   X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
   X(ps_pool_free_slot, 2) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)                             \
   X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \
-  X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)                  \
+  X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)                    \
+  X(ps_plain_call, 3) X(ps_plain_message, 3) X(ps_pool_call_plain, 4) X(ps_pool_read_reply, 2)     \
+  X(ps_pool_next_event_delivered, 2) X(ps_task_value_plain, 2) X(ps_pool_run_plain, 1)             \
+  X(ps_pool_worker_serve, 1) X(ps_wire_value, 1) X(ps_wire_value_read, 1) X(ps_serialized_size, 1)             \
+  X(ps_matrix_column, 2) X(ps_matrix_row, 2) X(ps_run_iterations, 6)                                  \
   X(ps_map_begin, 3) X(ps_map_next, 1) X(ps_map_rate, 2) X(ps_map_requeue, 3) X(ps_map_end, 1)
 
 #define C_ENTRY_POINTS(X)                                                                          \
-  X(ps_serialized_size, 1) X(ps_binding, 2) X(ps_frame_promises, 1) X(ps_restore_binding, 5) X(ps_unlock_binding, 2)       \
-  X(ps_run_iterations, 3) X(ps_unserialize, 1) X(ps_pool_run_plain, 1)    \
-  X(ps_plain_call, 3) X(ps_pool_call_plain, 4) X(ps_pool_next_event_delivered, 2)                \
-  X(ps_task_value_plain, 2) X(ps_pool_worker_serve, 1) X(ps_plain_message, 3) X(ps_serialize_simple, 1) \
-  X(ps_matrix_column, 2) X(ps_matrix_row, 2)
+  X(ps_binding, 2) X(ps_frame_promises, 1) X(ps_restore_binding, 5) X(ps_unlock_binding, 2)       \
+
 
 #define SHELL(name, n)                                                                             \
   SEXP name##_rs P##n;                                                                             \

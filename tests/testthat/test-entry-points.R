@@ -90,8 +90,8 @@ test_that("the table's check finds every kind of drift, and says which", {
     list("src/bindings.c", "SEXP ps_unlock_binding(SEXP env, SEXP name) {", "SEXP ps_unlock_a_binding(SEXP env, SEXP name) {",
          "ps_unlock_a_binding looks like an entry point but is not registered in src/entry_points.c"),
     # a C prototype of a Rust function with the wrong count
-    list("src/pool_plain_path.c", "SEXP ps_pool_next_event_rs(SEXP timeout, SEXP idle);", "SEXP ps_pool_next_event_rs(SEXP timeout);",
-         "src/pool_plain_path.c: declares ps_pool_next_event_rs with 1 arguments, but the Rust function"),
+    list("src/boundary.c", "#include \"boundary.h\"", "#include \"boundary.h\"\nSEXP ps_pool_stderr_rs(SEXP slot, SEXP more);",
+         "src/boundary.c: declares ps_pool_stderr_rs with 2 arguments, but the Rust function"),
     # a Rust function with a parameter that is not a SEXP
     list(rust_pool, "pub extern \"C\" fn ps_pool_stderr_rs(slot: SEXP)", "pub extern \"C\" fn ps_pool_stderr_rs(slot: i32)",
          "ps_pool_stderr_rs takes a parameter that is not a SEXP")

@@ -46,7 +46,7 @@ junk_strings_run <- function(progress) {
     ps_binding = list(new.env(), "x"),
     ps_unlock_binding = list(new.env(), "x"),
     ps_restore_binding = list(new.env(), "x", 1L, 1, NULL),
-    ps_run_iterations = list(list(i = 1:2), quote(i), new.env())
+    ps_run_iterations = list(list(i = 1:2), quote(i), new.env(), vector("list", 2L), integer(2L), 0)
   )
   routines <- getDLLRegisteredRoutines("pageshare")$.Call
   out <- list()
@@ -150,7 +150,8 @@ test_that("the C entry points check their arguments' types before using them", {
         Encoding(x) <- "bytes"
         .Call(pageshare:::ps_binding, new.env(), x)
       },
-      iterations = function() .Call(pageshare:::ps_run_iterations, list(1:2), quote(i), new.env()))
+      iterations = function() .Call(pageshare:::ps_run_iterations, list(1:2), quote(i), new.env(), list(NULL, NULL),
+                                    integer(2L), 0))
     lapply(calls, function(f) tryCatch({
       f()
       "no error"

@@ -1,9 +1,10 @@
-# The messages of the pool's plain calls (src/pool_messages.c): the bytes of
-# simple values written without R_Serialize (src/simple_serialize.c), a
-# function's bytes kept for the next call of the same function, and the C
-# code on this path under gctorture.
+# The messages of the pool's plain calls (entry_pool_plain.rs): simple values
+# in the wire's own value encoding (wire.rs, wire_values.rs), a function's
+# bytes kept for the next call of the same function, and this path under
+# gctorture.
 
-serialize_simple <- function(x) .Call(pageshare:::ps_serialize_simple, x)
+wire_value <- function(x) .Call(pageshare:::ps_wire_value, x)
+wire_read <- function(bytes) .Call(pageshare:::ps_wire_value_read, bytes)
 
 # A random simple value: NULL, a vector of a basic type without attributes
 # (NA, NaN, infinities, empty, strings of every encoding) or a list of them.
@@ -26,22 +27,42 @@ random_simple <- function(depth = 0L) {
   x
 }
 
-test_that("simple values are written with serialize()'s own bytes", {
+test_that("simple values travel in the wire's encoding and come back identical", {
   set.seed(20261204)
   for (i in 1:400) {
     x <- random_simple()
-    expect_identical(serialize_simple(x), serialize(x, NULL, xdr = FALSE), info = paste(deparse(x), collapse = ""))
+    bytes <- wire_value(x)
+    expect_true(is.raw(bytes))
+    expect_identical(wire_read(bytes), x, info = paste(deparse(x), collapse = ""))
   }
   deep <- list(); for (i in 1:20) deep <- list(deep, i + 0)
-  expect_identical(serialize_simple(deep), serialize(deep, NULL, xdr = FALSE))
+  expect_identical(wire_read(wire_value(deep)), deep)
+  # strings keep their encoding marks
+  s <- c("a", "\u00e9", iconv("\u00e9", "UTF-8", "latin1"), "\xff", NA)
+  Encoding(s[4]) <- "bytes"
+  expect_identical(Encoding(wire_read(wire_value(s))), Encoding(s))
 })
 
-test_that("values that are not simple are left to serialize()", {
+test_that("values that are not simple are left to R's serialization", {
   too_deep <- list(); for (i in 1:40) too_deep <- list(too_deep)
   for (x in list(c(a = 1), factor("a"), matrix(1:4, 2), 1:10, as.character(1:3), list(1, c(b = 2)),
                  quote(x), function() 1, globalenv(), too_deep)) {
-    expect_null(serialize_simple(x))
+    expect_null(wire_value(x))
   }
+})
+
+test_that("bytes that are no value are a classed error, never a crash", {
+  set.seed(1)
+  good <- wire_value(list(1, "a", NULL, list(TRUE)))
+  for (i in 1:300) {
+    bytes <- good
+    if (i %% 2) bytes <- bytes[seq_len(sample(length(bytes) - 1L, 1L))]
+    else bytes[sample(length(bytes), 1L)] <- as.raw(sample(0:255, 1L))
+    res <- tryCatch(wire_read(bytes), pageshare_error = function(e) e)
+    expect_true(inherits(res, "pageshare_error") || is.list(res) || is.null(res) || is.atomic(res))
+  }
+  expect_error(wire_read(as.raw(c(7, rep(255, 8)))), class = "pageshare_system")
+  expect_error(wire_read(as.raw(99)), class = "pageshare_system")
 })
 
 test_that("a plain call starts the pool when none runs, and fills a slot left vacant", {
@@ -119,13 +140,13 @@ test_that("the plain path keeps every object it makes from the collector", {
   t1 <- shm_call(f, 2)
   t2 <- shm_call(f, 3)
   both <- list(shm_value(t2), shm_value(t1))
-  simple <- serialize_simple(list(1, "a", list(NULL, 2i)))
+  simple <- wire_read(wire_value(list(1, "a", list(NULL, 2i))))
   gctorture(FALSE)
   expect_identical(a, list(1, "z", "\u00e9"))
   expect_identical(b, 10)
   expect_identical(both, list(list(3, 0, "\u00e9"), list(2, 0, "\u00e9")))
-  expect_identical(unserialize(simple), list(1, "a", list(NULL, 2i)))
-  # and in the worker, which runs plain calls and writes their replies in C
+  expect_identical(simple, list(1, "a", list(NULL, 2i)))
+  # and in the worker, which runs plain calls and writes their replies in Rust
   pageshare:::pool_call_each(function() gctorture(TRUE))
   w <- list(shm_value(shm_call(f, 5, y = c(a = 1))), shm_value(shm_call(f, 6)))
   pageshare:::pool_call_each(function() gctorture(FALSE))

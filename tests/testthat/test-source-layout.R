@@ -69,11 +69,18 @@ test_that("only the pool's wire module defines the codes of its messages and eve
   wire <- file.path(root, "src", "rust", "pageshare-pool", "src", "wire.rs")
   # (a flag bit of a tag, a version, or a code of a message or event)
   defines <- function(f) {
-    any(grepl("const +(RELEASE|PLAIN|CONDITION|SCAN|FLAGS|WIRE_VERSION|PACKAGE_VERSION)\\b|<< *6[0-3]\\b",
+    any(grepl("const +(RELEASE|PLAIN|CONDITION|SCAN|VALUE|FLAGS|WIRE_VERSION|PACKAGE_VERSION)\\b|<< *(59|6[0-3])\\b",
               readLines(f, warn = FALSE)))
   }
   expect_true(defines(wire))
   expect_identical(basename(Filter(defines, setdiff(rust, wire))), character(0))
+  # (and the types of its messages, events and payloads)
+  types <- function(f) {
+    any(grepl("(enum|struct) +(Event|EventKind|Kind|Status|Frame|PlainCall|Args|ValueKind|StringMark|ValueWriter|ValueReader|Value)\\b",
+              readLines(f, warn = FALSE)))
+  }
+  expect_true(types(wire))
+  expect_identical(basename(Filter(types, setdiff(rust, wire))), character(0))
   # Events and a worker's tasks are named lists: nothing reads them by position.
   rc <- c(list.files(file.path(root, "R"), "\\.R$", full.names = TRUE),
           list.files(file.path(root, "src"), "\\.c$", full.names = TRUE))
@@ -81,4 +88,21 @@ test_that("only the pool's wire module defines the codes of its messages and eve
     any(grepl("\\b(ev|msg)\\[\\[[0-9]|VECTOR_ELT\\((ev|msg), *[0-9]|ScalarInteger\\(7\\)", readLines(f, warn = FALSE)))
   }
   expect_identical(basename(Filter(positional, rc)), character(0))
+})
+
+test_that("no C file encodes or decodes the pool's messages or touches R's serialization, and C stays small", {
+  root <- source_root()
+  skip_if(is.null(root), "no source tree here (R CMD check): tools/test.sh runs this test")
+  c_files <- list.files(file.path(root, "src"), "\\.(c|h)$", full.names = TRUE)
+  # R's serializer or its format (a stream, R's own item codes and string
+  # levels), and the pool's messages (their fields read by name, the Rust
+  # functions of the pool called from C, an event of C's own)
+  serializes <- "R_(Un)?[Ss]erialize\\b|R_(Init)?(Out|In)PStream|R_pstream_|R_(out|inp)pstream|NILVALUE_SXP|LEVEL_(ASCII|UTF8|LATIN1|BYTES)"
+  messages <- paste0("\"(payload|event|reply|plain|scan|shared|status|what)\"|",
+                     "\\bps_(pool|plain|task_value|wire)[A-Za-z_]*_rs *\\(|ScalarInteger\\(7\\)")
+  touches <- function(f, pattern) any(grepl(pattern, readLines(f, warn = FALSE)))
+  expect_identical(basename(Filter(function(f) touches(f, serializes), c_files)), character(0))
+  expect_identical(basename(Filter(function(f) touches(f, messages), c_files)), character(0))
+  lines <- sum(vapply(c_files, function(f) length(readLines(f, warn = FALSE)), 0L))
+  expect_lte(lines, 650)
 })

@@ -270,6 +270,7 @@ impl<W> Master<W> {
             release: self.dispatch.all_answered(slot) && !self.dispatch_due,
             plain,
             scan: self.scanned[slot] != released,
+            value: false,
         };
         let tag = header.encode().map_err(|e| damaged("task", e))?;
         match self.pool.send(slot as u64, tag, bytes, Patience::default(), give_up) {
@@ -315,7 +316,7 @@ impl<W> Master<W> {
             return Ok(Event::Condition { payload });
         }
         Ok(match self.dispatch.answered(slot as usize, header.number) {
-            Ok(sent) => Event::Reply { what: sent.what, payload, plain: header.plain },
+            Ok(sent) => Event::Reply { what: sent.what, payload, plain: header.plain, value: header.value },
             Err(expected) => Event::OutOfStep { slot, number: header.number, expected },
         })
     }

@@ -113,7 +113,7 @@ fn tasks_spread_over_the_workers_and_each_reply_finds_its_what() {
     let mut by = std::collections::HashSet::new();
     loop {
         match next(&mut m) {
-            Event::Reply { what, payload, plain } => {
+            Event::Reply { what, payload, plain, .. } => {
                 assert!(plain);
                 let t = text(&payload);
                 assert!(t.starts_with(&format!("task {what} ")), "{t} for {what}");
@@ -139,7 +139,7 @@ fn a_reply_that_may_hold_handles_holds_back_waiting_messages_and_the_release_wor
     submit(&mut m, None, "c", false, false, 2);
     assert_eq!(m.dispatch().waiting(), 1, "depth 2: the third waits");
     std::fs::write(&go, b"").unwrap();
-    let Event::Reply { what: 0, payload, plain: false } = next(&mut m) else { panic!("a's reply first") };
+    let Event::Reply { what: 0, payload, plain: false, .. } = next(&mut m) else { panic!("a's reply first") };
     assert_eq!(text(&payload).split(' ').nth(1), Some("release=true"), "a went to an idle worker");
     // (a's reply may hold handles: until it is read, c stays)
     assert_eq!(m.dispatch().waiting(), 1);

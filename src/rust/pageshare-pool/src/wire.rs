@@ -12,7 +12,7 @@
 /// The version of this wire. A worker of another wire (or another build of
 /// the package) is refused at the handshake: messages change meaning between
 /// versions, and a stale worker would misread them silently.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// The version of the package this wire belongs to (the workspace's version,
 /// the R package's `Version:`), carried by the handshake.
@@ -108,8 +108,12 @@ pub const CONDITION: u64 = 1 << 61;
 /// The master let go of segments since this worker's last message: views of
 /// them may be stale (master to worker).
 pub const SCAN: u64 = 1 << 60;
+/// A plain reply that says "ok" and carries the task's value in this wire's
+/// own encoding ([`ValueWriter`]), not R's serialization of the whole reply
+/// (worker to master).
+pub const VALUE: u64 = 1 << 59;
 /// Every flag bit of a tag.
-pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN;
+pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN | VALUE;
 /// The largest message number: numbers travel to R as doubles, exact up to 2^53.
 pub const MAX_NUMBER: u64 = 1 << 53;
 
@@ -136,19 +140,26 @@ pub struct Header {
     pub plain: bool,
     /// [`SCAN`]: only in a task.
     pub scan: bool,
+    /// [`VALUE`]: only in a plain reply.
+    pub value: bool,
 }
 
 impl Header {
     pub fn task(number: u64) -> Header {
-        Header { kind: Kind::Task, number, release: false, plain: false, scan: false }
+        Header { kind: Kind::Task, number, release: false, plain: false, scan: false, value: false }
     }
 
     pub fn reply(number: u64, plain: bool) -> Header {
-        Header { kind: Kind::Reply, number, release: false, plain, scan: false }
+        Header { kind: Kind::Reply, number, release: false, plain, scan: false, value: false }
+    }
+
+    /// A plain reply whose payload is the task's value ([`VALUE`]).
+    pub fn value_reply(number: u64) -> Header {
+        Header { value: true, ..Header::reply(number, true) }
     }
 
     pub fn condition(number: u64) -> Header {
-        Header { kind: Kind::Condition, number, release: false, plain: false, scan: false }
+        Header { kind: Kind::Condition, number, release: false, plain: false, scan: false, value: false }
     }
 
     /// The tag that carries this header; an error for a header no decoder
@@ -159,22 +170,23 @@ impl Header {
         }
         let bit = |on: bool, b: u64| if on { b } else { 0 };
         match self.kind {
-            Kind::Task => {}
-            Kind::Reply if !self.release && !self.scan => {}
-            Kind::Condition if !self.release && !self.scan && !self.plain => {}
+            Kind::Task if !self.value => {}
+            Kind::Reply if !self.release && !self.scan && (self.plain || !self.value) => {}
+            Kind::Condition if !self.release && !self.scan && !self.plain && !self.value => {}
             _ => return Err(WireError("a flag its kind of message cannot have")),
         }
         Ok(self.number
             | bit(self.release, RELEASE)
             | bit(self.plain, PLAIN)
             | bit(self.scan, SCAN)
+            | bit(self.value, VALUE)
             | bit(self.kind == Kind::Condition, CONDITION))
     }
 
     /// The header of a message a worker received from its master.
     pub fn decode_task(tag: u64) -> Result<Header, WireError> {
-        if tag & CONDITION != 0 {
-            return Err(WireError("a task that says it is a condition"));
+        if tag & (CONDITION | VALUE) != 0 {
+            return Err(WireError("a task with a flag only a worker sends"));
         }
         Ok(Header {
             kind: Kind::Task,
@@ -182,6 +194,7 @@ impl Header {
             release: tag & RELEASE != 0,
             plain: tag & PLAIN != 0,
             scan: tag & SCAN != 0,
+            value: false,
         })
     }
 
@@ -192,12 +205,16 @@ impl Header {
         }
         let number = number(tag)?;
         if tag & CONDITION != 0 {
-            if tag & PLAIN != 0 {
+            if tag & (PLAIN | VALUE) != 0 {
                 return Err(WireError("a condition that says it is plain"));
             }
             return Ok(Header::condition(number));
         }
-        Ok(Header::reply(number, tag & PLAIN != 0))
+        match (tag & PLAIN != 0, tag & VALUE != 0) {
+            (_, false) => Ok(Header::reply(number, tag & PLAIN != 0)),
+            (true, true) => Ok(Header::value_reply(number)),
+            (false, true) => Err(WireError("a value reply that is not plain")),
+        }
     }
 }
 
@@ -249,8 +266,10 @@ pub const TASK_FIELDS: [&str; 6] = ["tag", "payload", "release", "plain", "scan"
 /// message until its reply (what to do with it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event<W> {
-    /// A reply to the message kept with `what`; `plain`: it holds no handle.
-    Reply { what: W, payload: Vec<u8>, plain: bool },
+    /// A reply to the message kept with `what`; `plain`: it holds no handle;
+    /// `value`: its payload is the task's value in this wire's encoding
+    /// ([`VALUE`]), else R's serialization of the reply.
+    Reply { what: W, payload: Vec<u8>, plain: bool, value: bool },
     /// The worker in `slot` (0-based), process `pid`, died. `begun`: the
     /// messages it had begun (they failed); `unread`: those it never read
     /// and that were not kept to go again (the kept ones wait again, first);
@@ -314,7 +333,7 @@ impl EventKind {
     /// The fields of the event as R is given it, `event` first, in order.
     pub fn fields(self) -> &'static [&'static str] {
         match self {
-            EventKind::Reply => &["event", "what", "payload", "plain"],
+            EventKind::Reply => &["event", "what", "payload", "plain", "value"],
             EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting"],
             EventKind::OutOfStep => &["event", "slot", "tag", "expected"],
             EventKind::Condition => &["event", "payload"],
@@ -345,6 +364,322 @@ impl<W> Event<W> {
     /// R has read it (see pageshare-r's pool_master.rs).
     pub fn holds_handles(&self) -> bool {
         matches!(self, Event::Reply { plain: false, .. })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Values: R's vectors without attributes (and lists of them) in the wire's
+// own encoding, for a plain call's arguments and a plain reply's value, so
+// that the hot path needs neither R's serializer nor a writer of its format.
+// An item is its kind (one byte), then for a vector its length (u64) and its
+// elements (native byte order: both ends are processes of one machine); a
+// string is its mark (one byte, or NA_STRING), then its length (u32) and bytes.
+
+/// What an item of a value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    Null,
+    Logical,
+    Integer,
+    Double,
+    Complex,
+    Raw,
+    Character,
+    List,
+}
+
+impl ValueKind {
+    pub const ALL: [ValueKind; 8] = [
+        ValueKind::Null,
+        ValueKind::Logical,
+        ValueKind::Integer,
+        ValueKind::Double,
+        ValueKind::Complex,
+        ValueKind::Raw,
+        ValueKind::Character,
+        ValueKind::List,
+    ];
+
+    fn code(self) -> u8 {
+        ValueKind::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8
+    }
+
+    /// Bytes of one element of an atomic kind; `None` for the others.
+    pub fn element_size(self) -> Option<usize> {
+        match self {
+            ValueKind::Logical | ValueKind::Integer => Some(4),
+            ValueKind::Double => Some(8),
+            ValueKind::Complex => Some(16),
+            ValueKind::Raw => Some(1),
+            ValueKind::Null | ValueKind::Character | ValueKind::List => None,
+        }
+    }
+}
+
+/// How a string's bytes are to be read (R's encoding marks of a string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StringMark {
+    Native,
+    Utf8,
+    Latin1,
+    Bytes,
+    Ascii,
+}
+
+impl StringMark {
+    pub const ALL: [StringMark; 5] =
+        [StringMark::Native, StringMark::Utf8, StringMark::Latin1, StringMark::Bytes, StringMark::Ascii];
+}
+
+/// The mark of R's NA_STRING.
+const NA_STRING: u8 = 255;
+
+/// The deepest nesting of lists a value may have: deeper values travel as
+/// R's serialization.
+pub const MAX_DEPTH: usize = 32;
+
+/// A string of a character vector: `None` is NA.
+pub type WireString<'a> = Option<(StringMark, &'a [u8])>;
+
+/// Writes the items of a value, in order, at the end of a buffer.
+pub struct ValueWriter<'a> {
+    pub out: &'a mut Vec<u8>,
+}
+
+impl ValueWriter<'_> {
+    fn head(&mut self, kind: ValueKind, len: usize) {
+        self.out.push(kind.code());
+        self.out.extend_from_slice(&(len as u64).to_ne_bytes());
+    }
+
+    pub fn null(&mut self) {
+        self.out.push(ValueKind::Null.code());
+    }
+
+    /// A vector of an atomic `kind` whose `len` elements are `data`.
+    pub fn atomic(&mut self, kind: ValueKind, len: usize, data: &[u8]) {
+        debug_assert_eq!(kind.element_size().map(|s| s * len), Some(data.len()));
+        self.head(kind, len);
+        self.out.extend_from_slice(data);
+    }
+
+    /// A character vector of `len` strings, which follow ([`ValueWriter::string`]).
+    pub fn strings(&mut self, len: usize) {
+        self.head(ValueKind::Character, len);
+    }
+
+    pub fn string(&mut self, s: WireString) {
+        match s {
+            None => self.out.push(NA_STRING),
+            Some((mark, bytes)) => {
+                self.out.push(StringMark::ALL.iter().position(|m| *m == mark).unwrap_or(0) as u8);
+                self.out.extend_from_slice(&(bytes.len() as u32).to_ne_bytes());
+                self.out.extend_from_slice(bytes);
+            }
+        }
+    }
+
+    /// A list of `len` items, which follow.
+    pub fn list(&mut self, len: usize) {
+        self.head(ValueKind::List, len);
+    }
+
+    /// Bytes of an item's head (kind and length) and of a string's head.
+    pub const HEAD: usize = 9;
+    pub const STRING_HEAD: usize = 5;
+}
+
+/// An item read; a character vector's strings and a list's items follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item<'a> {
+    Null,
+    Atomic { kind: ValueKind, len: usize, data: &'a [u8] },
+    Strings { len: usize },
+    List { len: usize },
+}
+
+/// Reads the items of a value, in order. Every length is checked against the
+/// bytes left (each element takes at least one byte), so no reader allocates
+/// more than the bytes it was given could hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ValueReader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> ValueReader<'a> {
+    pub fn new(bytes: &'a [u8]) -> ValueReader<'a> {
+        ValueReader { bytes, at: 0 }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len()).ok_or(WireError("a value ends early"))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        let b = self.take(8)?;
+        Ok(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+    }
+
+    pub fn item(&mut self) -> Result<Item<'a>, WireError> {
+        let code = self.take(1)?[0];
+        let kind = *ValueKind::ALL.get(code as usize).ok_or(WireError("an unknown kind of value"))?;
+        if kind == ValueKind::Null {
+            return Ok(Item::Null);
+        }
+        let len = usize::try_from(self.u64()?).map_err(|_| WireError("a value's length out of range"))?;
+        if len > self.left() {
+            return Err(WireError("a value longer than its bytes"));
+        }
+        Ok(match kind.element_size() {
+            Some(size) => {
+                let bytes = len.checked_mul(size).ok_or(WireError("a value's length out of range"))?;
+                Item::Atomic { kind, len, data: self.take(bytes)? }
+            }
+            None if kind == ValueKind::Character => Item::Strings { len },
+            None => Item::List { len },
+        })
+    }
+
+    pub fn string(&mut self) -> Result<WireString<'a>, WireError> {
+        let code = self.take(1)?[0];
+        if code == NA_STRING {
+            return Ok(None);
+        }
+        let mark = *StringMark::ALL.get(code as usize).ok_or(WireError("an unknown mark of a string"))?;
+        let n = u32::from_ne_bytes(self.take(4)?.try_into().unwrap_or([0; 4]));
+        if n > i32::MAX as u32 {
+            return Err(WireError("a string too long for R"));
+        }
+        let bytes = self.take(n as usize)?;
+        // (R's strings hold no NUL: R refuses to make one)
+        if bytes.contains(&0) {
+            return Err(WireError("a string with a NUL byte"));
+        }
+        Ok(Some((mark, bytes)))
+    }
+
+    /// Every byte was read.
+    pub fn finish(&self) -> Result<(), WireError> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(WireError("bytes after a value"))
+        }
+    }
+}
+
+/// A value as Rust holds it (tests, and readers without R).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Atomic(ValueKind, Vec<u8>),
+    Strings(Vec<Option<(StringMark, Vec<u8>)>>),
+    List(Vec<Value>),
+}
+
+impl Value {
+    pub fn encode(&self, w: &mut ValueWriter) {
+        match self {
+            Value::Null => w.null(),
+            Value::Atomic(kind, data) => {
+                let size = kind.element_size().unwrap_or(1);
+                w.atomic(*kind, data.len() / size, data)
+            }
+            Value::Strings(v) => {
+                w.strings(v.len());
+                for s in v {
+                    w.string(s.as_ref().map(|(m, b)| (*m, &b[..])));
+                }
+            }
+            Value::List(v) => {
+                w.list(v.len());
+                for x in v {
+                    x.encode(w);
+                }
+            }
+        }
+    }
+
+    /// The value `bytes` hold, all of them.
+    pub fn decode(bytes: &[u8]) -> Result<Value, WireError> {
+        let mut r = ValueReader::new(bytes);
+        let v = Value::read(&mut r, 0)?;
+        r.finish()?;
+        Ok(v)
+    }
+
+    fn read(r: &mut ValueReader, depth: usize) -> Result<Value, WireError> {
+        Ok(match r.item()? {
+            Item::Null => Value::Null,
+            Item::Atomic { kind, data, .. } => Value::Atomic(kind, data.to_vec()),
+            Item::Strings { len } => Value::Strings(
+                (0..len).map(|_| Ok(r.string()?.map(|(m, b)| (m, b.to_vec())))).collect::<Result<_, _>>()?,
+            ),
+            Item::List { len } => {
+                if depth >= MAX_DEPTH {
+                    return Err(WireError("a value nested too deep"));
+                }
+                Value::List((0..len).map(|_| Value::read(r, depth + 1)).collect::<Result<_, _>>()?)
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A plain call: the payload of a task with PLAIN. The function's bytes (R's
+// serialization, made by R's serializer), the master's threshold, and the
+// arguments: a list of values and their names (`Null` or a character vector)
+// in the wire's encoding, or, where they are not simple, R's serialization of
+// list(values, names).
+
+/// A plain call's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Args<'a> {
+    /// A list item then its names, in the wire's encoding.
+    Values(&'a [u8]),
+    /// R's serialization of list(values, names).
+    Serialized(&'a [u8]),
+}
+
+/// A plain call, as a worker reads it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlainCall<'a> {
+    pub function: &'a [u8],
+    pub threshold: f64,
+    pub args: Args<'a>,
+}
+
+impl<'a> PlainCall<'a> {
+    /// Writes a plain call's head to `out`; its arguments follow (as
+    /// `values` says: the wire's encoding or R's serialization).
+    pub fn write_head(out: &mut Vec<u8>, function: &[u8], threshold: f64, values: bool) {
+        out.extend_from_slice(&(function.len() as u64).to_ne_bytes());
+        out.extend_from_slice(function);
+        out.extend_from_slice(&threshold.to_ne_bytes());
+        out.push(if values { 0 } else { 1 });
+    }
+
+    pub fn decode(bytes: &'a [u8]) -> Result<PlainCall<'a>, WireError> {
+        let mut r = ValueReader::new(bytes);
+        let n = usize::try_from(r.u64()?).map_err(|_| WireError("a plain call's function out of range"))?;
+        let function = r.take(n)?;
+        let threshold = f64::from_bits(r.u64()?);
+        let rest = &bytes[r.at..];
+        let (&kind, args) = rest.split_first().ok_or(WireError("a plain call without its arguments"))?;
+        let args = match kind {
+            0 => Args::Values(args),
+            1 => Args::Serialized(args),
+            _ => return Err(WireError("a plain call's arguments of an unknown kind")),
+        };
+        Ok(PlainCall { function, threshold, args })
     }
 }
 
@@ -395,7 +730,12 @@ mod tests {
     fn headers_a_peer_should_not_send_are_errors() {
         assert!(Header::decode_task(0).is_err(), "number 0");
         assert!(Header::decode_task(MAX_NUMBER + 1).is_err(), "number too large");
-        assert!(Header::decode_task(1 << 59).is_err(), "reserved bit");
+        assert!(Header::decode_task(1 << 58).is_err(), "reserved bit");
+        assert!(Header::decode_task(1 | VALUE).is_err(), "a task as a value");
+        assert!(Header::decode_from_worker(1 | VALUE).is_err(), "a value reply that is not plain");
+        assert!(Header::decode_from_worker(1 | VALUE | PLAIN | CONDITION).is_err(), "a value condition");
+        let v = Header::value_reply(9);
+        assert_eq!(Header::decode_from_worker(v.encode().unwrap()), Ok(v));
         assert!(Header::decode_task(1 | CONDITION).is_err(), "a task as a condition");
         assert!(Header::decode_from_worker(1 | RELEASE).is_err(), "release from a worker");
         assert!(Header::decode_from_worker(1 | SCAN).is_err(), "scan from a worker");
@@ -417,6 +757,71 @@ mod tests {
         assert_eq!(statuses.len(), Status::ALL.len());
     }
 
+    fn sample_value() -> Value {
+        Value::List(vec![
+            Value::Null,
+            Value::Atomic(ValueKind::Integer, 7i32.to_ne_bytes().to_vec()),
+            Value::Atomic(ValueKind::Double, vec![]),
+            Value::Strings(vec![
+                None,
+                Some((StringMark::Utf8, "\u{e9}t\u{e9}".as_bytes().to_vec())),
+                Some((StringMark::Ascii, vec![])),
+            ]),
+            Value::List(vec![Value::Atomic(ValueKind::Raw, vec![1, 2, 3])]),
+        ])
+    }
+
+    #[test]
+    fn values_round_trip_and_reject_what_no_writer_writes() {
+        let v = sample_value();
+        let mut out = Vec::new();
+        v.encode(&mut ValueWriter { out: &mut out });
+        assert_eq!(Value::decode(&out), Ok(v));
+        assert!(Value::decode(&out[..out.len() - 1]).is_err(), "short");
+        let mut longer = out.clone();
+        longer.push(0);
+        assert!(Value::decode(&longer).is_err(), "trailing bytes");
+        assert!(Value::decode(&[99]).is_err(), "unknown kind");
+        let mut huge = vec![ValueKind::List.code()];
+        huge.extend_from_slice(&u64::MAX.to_ne_bytes());
+        assert!(Value::decode(&huge).is_err(), "a length beyond the bytes");
+        let mut deep = Vec::new();
+        for _ in 0..=MAX_DEPTH {
+            ValueWriter { out: &mut deep }.list(1);
+        }
+        ValueWriter { out: &mut deep }.null();
+        assert!(Value::decode(&deep).is_err(), "too deep");
+    }
+
+    #[test]
+    fn plain_calls_round_trip() {
+        let mut out = Vec::new();
+        PlainCall::write_head(&mut out, b"fun", 0.5, true);
+        out.extend_from_slice(b"args");
+        assert_eq!(
+            PlainCall::decode(&out),
+            Ok(PlainCall { function: b"fun", threshold: 0.5, args: Args::Values(b"args") })
+        );
+        out[3 + 8 + 8] = 1;
+        assert_eq!(PlainCall::decode(&out).map(|c| c.args), Ok(Args::Serialized(b"args")));
+        out[3 + 8 + 8] = 2;
+        assert!(PlainCall::decode(&out).is_err());
+        assert!(PlainCall::decode(&out[..10]).is_err());
+    }
+
+    fn arb_value() -> impl Strategy<Value = Value> {
+        let mark = prop::sample::select(StringMark::ALL.to_vec());
+        let atomic = (1usize..6, prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, len)| {
+            let kind = ValueKind::ALL[k];
+            let size = kind.element_size().unwrap_or(1);
+            Value::Atomic(kind, (0..len.len() * size).map(|i| i as u8).collect())
+        });
+        let strings = prop::collection::vec(prop::option::of((mark, prop::collection::vec(1u8.., 0..5))), 0..4)
+            .prop_map(Value::Strings);
+        let leaf = prop_oneof![Just(Value::Null), atomic, strings];
+        leaf.prop_recursive(4, 24, 4, |inner| prop::collection::vec(inner, 0..4).prop_map(Value::List))
+    }
+
     proptest! {
         // Any 16 bytes are a frame header or an error, and a header that
         // decodes encodes back to the same bytes (no two readings of one header).
@@ -432,8 +837,8 @@ mod tests {
         // Any tag is a header or an error, either way; one that decodes
         // encodes back to itself.
         #[test]
-        fn any_tag_is_a_header_or_an_error(tag in any::<u64>(), low in 0u64..4096, flags in 0u64..16) {
-            for tag in [tag, low | (flags << 60)] {
+        fn any_tag_is_a_header_or_an_error(tag in any::<u64>(), low in 0u64..4096, flags in 0u64..32) {
+            for tag in [tag, low | (flags << 59)] {
                 if let Ok(h) = Header::decode_task(tag) {
                     prop_assert_eq!(h.encode(), Ok(tag));
                 }
@@ -446,12 +851,38 @@ mod tests {
         // Every header that encodes decodes back to itself on its side.
         #[test]
         fn headers_that_encode_decode(number in 0u64..=MAX_NUMBER + 1, kind in 0u8..3,
-                                      release: bool, plain: bool, scan: bool) {
+                                      release: bool, plain: bool, scan: bool, value: bool) {
             let kind = [Kind::Task, Kind::Reply, Kind::Condition][kind as usize];
-            let h = Header { kind, number, release, plain, scan };
+            let h = Header { kind, number, release, plain, scan, value };
             if let Ok(tag) = h.encode() {
                 let back = if kind == Kind::Task { Header::decode_task(tag) } else { Header::decode_from_worker(tag) };
                 prop_assert_eq!(back, Ok(h));
+            }
+        }
+
+        // Any bytes are a value or an error, never a panic; a value that
+        // decodes encodes back to the same bytes.
+        #[test]
+        fn any_bytes_are_a_value_or_an_error(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(v) = Value::decode(&bytes) {
+                let mut out = Vec::new();
+                v.encode(&mut ValueWriter { out: &mut out });
+                prop_assert_eq!(&out, &bytes);
+            }
+            let _ = PlainCall::decode(&bytes);
+        }
+
+        // Bytes of a value, cut or changed anywhere, are a value or an error.
+        #[test]
+        fn damaged_values_are_values_or_errors(v in arb_value(), at in any::<prop::sample::Index>(), byte: u8) {
+            let mut out = Vec::new();
+            v.encode(&mut ValueWriter { out: &mut out });
+            prop_assert_eq!(Value::decode(&out), Ok(v));
+            if !out.is_empty() {
+                let i = at.index(out.len());
+                let _ = Value::decode(&out[..i]);
+                out[i] = byte;
+                let _ = Value::decode(&out);
             }
         }
     }

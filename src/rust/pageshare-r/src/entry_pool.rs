@@ -1,8 +1,9 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)] // the .Call entry points receive SEXPs from R by design
 //! The `.Call` entry points of pageshare's worker pool (R/pool*.R): the
 //! master starts, feeds, hears from, replaces and stops its workers; a worker
-//! connects, takes tasks and replies. Bytes only: what a message means is
-//! R's business (serialized R objects). Each entry point is called by its C
+//! connects, takes tasks and replies. Bytes only: what a message holds is
+//! R's serialization, or for a plain call the wire's own (entry_pool_plain.rs).
+//! Each entry point is called by its C
 //! shell in src/entry_points.c and runs its body through [`entry`].
 //!
 //! Waits check for a user interrupt between parked slices: the wait ends in
@@ -185,35 +186,59 @@ fn worker() -> Result<&'static Connection, RError> {
     WORKER.get().ok_or_else(|| RError::argument("this process is not a worker of pageshare's pool"))
 }
 
-/// A worker: the next task as a named list of `TASK_FIELDS` (wire.rs):
-/// `list(tag, payload, release, plain, scan, shared = NULL)`, waiting as
-/// long as it takes; NULL when the pool closed this worker's ring (the pool
-/// stopped).
-#[no_mangle]
-pub extern "C" fn ps_pool_worker_next_rs() -> SEXP {
-    entry(|| {
-        let c = worker()?;
-        let mut buf = worker_buffer();
-        // (an idle worker parks in slices of a second: it has nothing else to check)
-        let patience = Patience { slice: Duration::from_secs(1), ..Patience::default() };
-        match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
-            Ok(tag) => {
-                let h = Header::decode_task(tag)
-                    .map_err(|e| RError::system(format!("the pool's task ring is damaged: {e}")))?;
-                RUNNING.store(h.number, Ordering::Relaxed);
-                let mut scope = Protect::new();
-                let t = scope.protect(crate::r_calls::scalar_real(h.number as f64)?)?;
-                let payload = scope.protect(raw_vec(&buf)?)?;
-                let mut bit = |b: bool| scope.protect(crate::r_calls::scalar_logical(b as i32)?);
-                let (release, plain, scan) = (bit(h.release)?, bit(h.plain)?, bit(h.scan)?);
-                shrink(&mut buf);
-                let fields: [SEXP; TASK_FIELDS.len()] = [t, payload, release, plain, scan, nil()];
-                crate::wire_r::task(&fields)
-            }
-            Err(RingError::Stopped(_)) => Ok(nil()),
-            Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
+/// A worker: waits as long as it takes for the next task, whose payload is
+/// then in the worker's buffer (`worker_buffer()`); None when the pool
+/// closed this worker's ring (the pool stopped).
+pub fn receive_task() -> Result<Option<Header>, RError> {
+    let c = worker()?;
+    let mut buf = worker_buffer();
+    // (an idle worker parks in slices of a second: it has nothing else to check)
+    let patience = Patience { slice: Duration::from_secs(1), ..Patience::default() };
+    match c.region.tasks(c.slot).receive(&mut buf, patience, &mut || None) {
+        Ok(tag) => {
+            let h = Header::decode_task(tag)
+                .map_err(|e| RError::system(format!("the pool's task ring is damaged: {e}")))?;
+            RUNNING.store(h.number, Ordering::Relaxed);
+            Ok(Some(h))
         }
-    })
+        Err(RingError::Stopped(_)) => Ok(None),
+        Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's task ring is damaged: {why}"))),
+    }
+}
+
+/// The worker's buffer, taken (to be given back with `give_back`): R code
+/// may run while its bytes are used.
+pub fn take_buffer() -> Vec<u8> {
+    std::mem::take(&mut *worker_buffer())
+}
+
+pub fn give_back(mut buf: Vec<u8>) {
+    shrink(&mut buf);
+    *worker_buffer() = buf;
+}
+
+/// A task as a worker's loop is given it, a named list of `TASK_FIELDS`
+/// (wire.rs): `list(tag, payload, release, plain, scan, shared)`.
+pub fn task_list(h: &Header, payload: &[u8], shared: SEXP) -> Result<SEXP, RError> {
+    let mut scope = Protect::new();
+    let t = scope.protect(crate::r_calls::scalar_real(h.number as f64)?)?;
+    let payload = scope.protect(raw_vec(payload)?)?;
+    let mut bit = |b: bool| scope.protect(crate::r_calls::scalar_logical(b as i32)?);
+    let (release, plain, scan) = (bit(h.release)?, bit(h.plain)?, bit(h.scan)?);
+    let fields: [SEXP; TASK_FIELDS.len()] = [t, payload, release, plain, scan, shared];
+    crate::wire_r::task(&fields)
+}
+
+/// A worker: sends `bytes` with `header` to the master; false if the ring
+/// is closed (the pool is stopping).
+pub fn send_to_master(header: Header, bytes: &[u8]) -> Result<bool, RError> {
+    let c = worker()?;
+    let tag = header.encode().map_err(|e| RError::argument(format!("not a reply of the pool: {e}")))?;
+    match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
+        Ok(()) => Ok(true),
+        Err(RingError::Stopped(_)) => Ok(false),
+        Err(RingError::Corrupt(why)) => Err(RError::system(format!("the pool's result ring is damaged: {why}"))),
+    }
 }
 
 /// A worker: the tag of the message it received last (the one it runs, or
@@ -229,23 +254,14 @@ pub extern "C" fn ps_pool_worker_running_rs() -> SEXP {
 #[no_mangle]
 pub extern "C" fn ps_pool_worker_reply_rs(tag: SEXP, payload: SEXP, plain: SEXP, condition: SEXP) -> SEXP {
     entry(|| {
-        let c = worker()?;
         let number = as_real(tag)? as u64;
         let header = if crate::args::flag_arg(condition)? {
             Header::condition(number)
         } else {
             Header::reply(number, crate::args::flag_arg(plain)?)
         };
-        let tag = header.encode().map_err(|e| RError::argument(format!("not a reply of the pool: {e}")))?;
         let bytes = crate::args::raw_arg(payload, "payload")?;
-        let sent = match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
-            Ok(()) => true,
-            Err(RingError::Stopped(_)) => false,
-            Err(RingError::Corrupt(why)) => {
-                return Err(RError::system(format!("the pool's result ring is damaged: {why}")))
-            }
-        };
-        crate::r_calls::scalar_logical(sent as i32)
+        crate::r_calls::scalar_logical(send_to_master(header, bytes)? as i32)
     })
 }
 

@@ -28,30 +28,35 @@ const NA_INT: i32 = i32::MIN;
 #[no_mangle]
 pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what: SEXP, resend: SEXP) -> SEXP {
     entry(|| {
-        let mut guard = pool()?;
-        let m = guard.as_mut().ok_or_else(no_pool)?;
         // (NA: R's NA_integer_ is the smallest int)
-        let slot = if crate::r_calls::as_integer(slot)? == NA_INT {
-            None
-        } else {
-            Some(crate::args::slot_arg(slot, m.pool().size())? as usize)
-        };
+        let slot = (crate::r_calls::as_integer(slot)? != NA_INT).then_some(slot);
         let bytes = crate::args::raw_arg(payload, "payload")?;
         let plain = crate::args::flag_arg(plain)?;
         let resend = crate::args::flag_arg(resend)?;
-        let key = crate::r_store::keep(what)?;
-        let submitted = m.submit(slot, bytes, plain, resend, key, &mut master_give_up(None)).map_err(damaged)?;
-        scalar_real(match submitted {
-            Submitted::Number(n) => n as f64,
-            Submitted::Gone(key) => {
-                crate::r_store::take(key);
-                -1.0
-            }
-            Submitted::Interrupted(key) => {
-                crate::r_store::take(key);
-                -2.0
-            }
-        })
+        scalar_real(submit(slot, bytes, plain, what, resend)?)
+    })
+}
+
+/// `ps_pool_submit`'s work (`slot` None: NA): the message's tag, or -1 / -2.
+pub fn submit(slot: Option<SEXP>, bytes: &[u8], plain: bool, what: SEXP, resend: bool) -> Result<f64, RError> {
+    let mut guard = pool()?;
+    let m = guard.as_mut().ok_or_else(no_pool)?;
+    let slot = match slot {
+        Some(s) => Some(crate::args::slot_arg(s, m.pool().size())? as usize),
+        None => None,
+    };
+    let key = crate::r_store::keep(what)?;
+    let submitted = m.submit(slot, bytes, plain, resend, key, &mut master_give_up(None)).map_err(damaged)?;
+    Ok(match submitted {
+        Submitted::Number(n) => n as f64,
+        Submitted::Gone(key) => {
+            crate::r_store::take(key);
+            -1.0
+        }
+        Submitted::Interrupted(key) => {
+            crate::r_store::take(key);
+            -2.0
+        }
     })
 }
 
@@ -95,69 +100,80 @@ pub extern "C" fn ps_pool_dispatch_rs() -> SEXP {
     })
 }
 
-/// The next event of the pool (see `Event` in pageshare-pool's wire.rs), as
-/// a named list `list(event = <name>, <fields>)` (wire_r.rs), waiting at
-/// most `timeout` seconds (NA: no limit); with `idle` FALSE it does not wait
-/// when no message is out (event "idle"):
-/// - "reply" (`what`, `payload`, `plain`), with what R gave its message;
+/// The next event of the pool (see `Event` in pageshare-pool's wire.rs),
+/// waiting at most `timeout` seconds (NA: no limit); with `idle` FALSE it
+/// does not wait when no message is out (event "idle"). A reply's payload is
+/// the master's buffer, lent: give it back with `give_back`.
+pub fn next_event(timeout: SEXP, idle: SEXP) -> Result<Event<usize>, RError> {
+    let t = as_real(timeout)?;
+    let wait_idle = crate::args::flag_arg(idle)?;
+    let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
+    let mut guard = pool()?;
+    let m = guard.as_mut().ok_or_else(no_pool)?;
+    let mut buf = buffer();
+    m.next_event(&mut buf, wait_idle, &mut master_give_up(deadline)).map_err(damaged)
+}
+
+/// The bytes of a reply's payload back in the master's buffer (no
+/// allocation per message).
+pub fn give_back(mut payload: Vec<u8>) {
+    shrink(&mut payload);
+    *buffer() = payload;
+}
+
+/// An event as R is given it, a named list `list(event = <name>, <fields>)`
+/// (wire_r.rs), with the objects R kept with its messages (no longer kept):
+/// - "reply" (`what`, `payload`, `plain`, `value`), with what R gave its message;
 /// - "died" (`slot`, `pid`, `begun`, `unread`, `waiting`): `begun` and
 ///   `unread` are lists of the whats of the messages it had begun and of
 ///   those it never read and that were not kept;
-/// - "interrupted", "timed_out", "idle";
+/// - "interrupted", "timed_out", "idle", "delivered";
 /// - "out_of_step" (`slot`, `tag`, `expected`): a reply out of step (a bug);
 /// - "condition" (`payload`): a condition a task signalled, relayed at once.
-#[no_mangle]
-pub extern "C" fn ps_pool_next_event_rs(timeout: SEXP, idle: SEXP) -> SEXP {
-    entry(|| {
-        let t = as_real(timeout)?;
-        let wait_idle = crate::args::flag_arg(idle)?;
-        let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
-        let mut guard = pool()?;
-        let m = guard.as_mut().ok_or_else(no_pool)?;
-        let mut buf = buffer();
-        let ev = m.next_event(&mut buf, wait_idle, &mut master_give_up(deadline)).map_err(damaged)?;
-        let mut scope = Protect::new();
-        match ev {
-            Event::Reply { what, payload, plain } => {
-                let out = (|| {
-                    let what = scope.protect(crate::r_store::take(what))?;
-                    let raw = scope.protect(raw_vec(&payload)?)?;
-                    let items = [what, raw, scope.protect(scalar_logical(plain as i32)?)?];
-                    wire_r::event(EventKind::Reply, &items)
-                })();
-                // (the buffer's bytes were lent to the event: taken back, no
-                // allocation per message)
-                *buf = payload;
-                shrink(&mut buf);
-                out
-            }
-            Event::Condition { payload } => {
+pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
+    let mut scope = Protect::new();
+    match ev {
+        Event::Reply { what, payload, plain, value } => {
+            let out = (|| {
+                let what = scope.protect(crate::r_store::take(what))?;
                 let raw = scope.protect(raw_vec(&payload)?)?;
-                wire_r::event(EventKind::Condition, &[raw])
-            }
-            Event::Died { slot, pid, begun, unread, waiting } => {
-                let begun = whats(&mut scope, begun.into_iter())?;
-                let unread = whats(&mut scope, unread.into_iter())?;
                 let items = [
-                    scope.protect(scalar_integer(slot as i32 + 1)?)?,
-                    scope.protect(scalar_integer(pid as i32)?)?,
-                    begun,
-                    unread,
-                    scope.protect(scalar_integer(waiting as i32)?)?,
+                    what,
+                    raw,
+                    scope.protect(scalar_logical(plain as i32)?)?,
+                    scope.protect(scalar_logical(value as i32)?)?,
                 ];
-                wire_r::event(EventKind::Died, &items)
-            }
-            Event::OutOfStep { slot, number, expected } => {
-                let items = [
-                    scope.protect(scalar_integer(slot as i32 + 1)?)?,
-                    scope.protect(scalar_real(number as f64)?)?,
-                    scope.protect(scalar_real(expected.map_or(f64::NAN, |e| e as f64))?)?,
-                ];
-                wire_r::event(EventKind::OutOfStep, &items)
-            }
-            other => wire_r::bare_event(other.kind()),
+                wire_r::event(EventKind::Reply, &items)
+            })();
+            give_back(payload);
+            out
         }
-    })
+        Event::Condition { payload } => {
+            let raw = scope.protect(raw_vec(&payload)?)?;
+            wire_r::event(EventKind::Condition, &[raw])
+        }
+        Event::Died { slot, pid, begun, unread, waiting } => {
+            let begun = whats(&mut scope, begun.into_iter())?;
+            let unread = whats(&mut scope, unread.into_iter())?;
+            let items = [
+                scope.protect(scalar_integer(slot as i32 + 1)?)?,
+                scope.protect(scalar_integer(pid as i32)?)?,
+                begun,
+                unread,
+                scope.protect(scalar_integer(waiting as i32)?)?,
+            ];
+            wire_r::event(EventKind::Died, &items)
+        }
+        Event::OutOfStep { slot, number, expected } => {
+            let items = [
+                scope.protect(scalar_integer(slot as i32 + 1)?)?,
+                scope.protect(scalar_real(number as f64)?)?,
+                scope.protect(scalar_real(expected.map_or(f64::NAN, |e| e as f64))?)?,
+            ];
+            wire_r::event(EventKind::OutOfStep, &items)
+        }
+        other => wire_r::bare_event(other.kind()),
+    }
 }
 
 /// A list of the objects kept under `keys`, no longer kept.

@@ -50,7 +50,7 @@ pub extern "C" fn ps_worth_walking_rs(x: SEXP, threshold: SEXP) -> SEXP {
     })
 }
 
-unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
+pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
     // SAFETY: x is a valid SEXP; only types, lengths and the strings and
     // elements of ordinary vectors are read.
     unsafe {

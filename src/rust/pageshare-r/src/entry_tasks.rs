@@ -78,3 +78,12 @@ pub extern "C" fn ps_adopt_rs(x: SEXP) -> SEXP {
         Ok(x)
     })
 }
+
+/// The number of bytes serialize() would write for `x`, counted without
+/// building them (future >= 1.40 sizes globals the same way). Views write
+/// themselves as handles inside a handle scope, so a shared global counts at
+/// a handle's size there.
+#[no_mangle]
+pub extern "C" fn ps_serialized_size_rs(x: SEXP) -> SEXP {
+    entry(|| crate::r_calls::scalar_real(crate::r_serialize::serialized_size(x)?))
+}

@@ -13,20 +13,25 @@ pub mod entry_map_plan;
 pub mod entry_memshare;
 pub mod entry_pool;
 pub mod entry_pool_messages;
+pub mod entry_pool_plain;
 pub mod entry_process;
 pub mod entry_share;
 pub mod entry_tasks;
 pub mod faults;
+pub mod matrix_margins;
 pub mod mutual_info;
 pub mod pool_master;
 pub mod r_calls;
+pub mod r_serialize;
 pub mod r_store;
 pub mod r_sys;
+pub mod run_iterations;
 pub mod share_pipeline;
 pub mod source_pages;
 pub mod view;
 pub mod watchdog;
 pub mod wire_r;
+pub mod wire_values;
 
 extern "C" fn withdraw_at_exit() {
     // A normal exit leaves no index entry (kill -9 leaves a stale one, removed

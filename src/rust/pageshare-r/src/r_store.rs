@@ -36,6 +36,13 @@ pub fn keep(x: SEXP) -> Result<usize, RError> {
     Ok(key)
 }
 
+/// The object kept under `key`, still kept.
+pub fn peek(key: usize) -> SEXP {
+    let s = store();
+    // SAFETY: keys come from keep(), so `list` exists and holds `key`.
+    unsafe { VECTOR_ELT(s.list as SEXP, key as R_xlen_t) }
+}
+
 /// The object kept under `key`, no longer kept: the caller must protect it
 /// before R may allocate.
 pub fn take(key: usize) -> SEXP {

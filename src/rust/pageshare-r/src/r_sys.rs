@@ -25,6 +25,39 @@ extern "C" {
     pub fn R_set_altraw_Get_region_method(cls: R_altrep_class_t, fun: R_altraw_Get_region_method_t);
     pub fn R_set_altcomplex_Elt_method(cls: R_altrep_class_t, fun: R_altcomplex_Elt_method_t);
     pub fn R_set_altcomplex_Get_region_method(cls: R_altrep_class_t, fun: R_altcomplex_Get_region_method_t);
+    pub fn R_InitOutPStream(
+        stream: R_outpstream_t,
+        data: R_pstream_data_t,
+        format: R_pstream_format_t,
+        version: std::os::raw::c_int,
+        out_char: Option<unsafe extern "C" fn(R_outpstream_t, std::os::raw::c_int)>,
+        out_bytes: Option<unsafe extern "C" fn(R_outpstream_t, *mut std::os::raw::c_void, std::os::raw::c_int)>,
+        hook: Option<unsafe extern "C" fn(SEXP, SEXP) -> SEXP>,
+        hook_data: SEXP,
+    );
+    pub fn R_InitInPStream(
+        stream: R_inpstream_t,
+        data: R_pstream_data_t,
+        format: R_pstream_format_t,
+        in_char: Option<unsafe extern "C" fn(R_inpstream_t) -> std::os::raw::c_int>,
+        in_bytes: Option<unsafe extern "C" fn(R_inpstream_t, *mut std::os::raw::c_void, std::os::raw::c_int)>,
+        hook: Option<unsafe extern "C" fn(SEXP, SEXP) -> SEXP>,
+        hook_data: SEXP,
+    );
+    pub fn Rf_GetOption1(tag: SEXP) -> SEXP;
+    pub fn R_existsVarInFrame(rho: SEXP, symbol: SEXP) -> std::os::raw::c_int;
+    pub fn R_FindNamespace(info: SEXP) -> SEXP;
+    pub fn Rf_installChar(x: SEXP) -> SEXP;
+    pub fn Rf_allocList(n: std::os::raw::c_int) -> SEXP;
+    pub fn Rf_inherits(x: SEXP, name: *const std::os::raw::c_char) -> std::os::raw::c_int;
+    pub fn SETCAR(x: SEXP, y: SEXP) -> SEXP;
+    pub fn Rf_lang4(s: SEXP, t: SEXP, u: SEXP, v: SEXP) -> SEXP;
+    pub fn Rf_ScalarComplex(x: Rcomplex) -> SEXP;
+    pub fn Rf_ScalarRaw(x: Rbyte) -> SEXP;
+    pub fn RAW_ELT(x: SEXP, i: R_xlen_t) -> Rbyte;
+    pub fn LOGICAL_RO(x: SEXP) -> *const std::os::raw::c_int;
+    pub fn COMPLEX_RO(x: SEXP) -> *const Rcomplex;
+    pub fn RAW_RO(x: SEXP) -> *const Rbyte;
 }
 
 pub fn nil() -> SEXP {

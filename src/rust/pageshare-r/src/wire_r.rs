@@ -93,10 +93,3 @@ pub fn task(values: &[SEXP; TASK_FIELDS.len()]) -> Result<SEXP, RError> {
 pub fn bare_event(kind: EventKind) -> Result<SEXP, RError> {
     event(kind, &[])
 }
-
-/// The event "delivered" (a plain reply read and delivered on C's plain
-/// path, src/pool_plain_path.c); NULL with the error pending on failure.
-#[no_mangle]
-pub extern "C" fn ps_pool_delivered_event_rs() -> SEXP {
-    crate::boundary::entry(|| bare_event(EventKind::Delivered))
-}
