@@ -24,6 +24,60 @@ new_loop_id <- function() {
 # every iteration; the rest of a body runs as fast uncompiled).
 has_loop <- function(expr) any(c("for", "while", "repeat") %in% all.names(expr))
 
+# foreach gives the functions it exports the export environment as theirs (so
+# that they see the other exported variables), and R's JIT does not compile a
+# closure whose environment is not a top-level one: such a function would run
+# uncompiled in every iteration, several times slower than the same function
+# called by shm_map(). Those with a loop (the rule that chooses to compile the
+# body) are compiled here, on the master, while the export environment has the
+# parent it will have on the workers (`parent`), so that the compiler resolves
+# base functions as there.
+#
+# Compiling takes milliseconds, and giving a compiled closure another
+# environment makes it interpreted again, so a compiled function is kept with
+# an environment of its own, empty, whose parent is the loop's export
+# environment: the same function exported again (beside variables of the same
+# names, under the same parent) reuses it and only that parent changes. Lookups
+# from the function go through the export environment as foreach's do.
+compiled_exports <- new.env(parent = emptyenv())
+compiled_exports$entries <- list()
+compiled_exports_kept <- 16L
+
+# Returns a function that detaches the kept functions from `exportenv` (so that
+# the cache holds no view of the loop once it has ended).
+compile_exported_functions <- function(exportenv, parent) {
+  old_parent <- parent.env(exportenv)
+  parent.env(exportenv) <- parent
+  on.exit(parent.env(exportenv) <- old_parent)
+  names <- sort(ls(exportenv, all.names = TRUE))
+  used <- list()
+  for (sym in names) {
+    if (identical(sym, "...")) next
+    f <- get(sym, envir = exportenv, inherits = FALSE)
+    if (typeof(f) != "closure" || !identical(environment(f), exportenv)) next
+    if (!is.language(body(f)) || !has_loop(body(f))) next
+    key <- list(formals(f), body(f), parent, names)
+    entry <- NULL
+    for (e in compiled_exports$entries) {
+      if (identical(e$key, key)) { entry <- e; break }
+    }
+    if (is.null(entry)) {
+      own <- new.env(parent = exportenv)
+      environment(f) <- own
+      compiled <- tryCatch(compiler::cmpfun(f, options = list(suppressAll = TRUE)),
+                           error = function(e) NULL)
+      if (is.null(compiled)) next
+      entry <- list(key = key, compiled = compiled, own = own)
+      kept <- c(list(entry), compiled_exports$entries)
+      compiled_exports$entries <- kept[seq_len(min(length(kept), compiled_exports_kept))]
+    }
+    parent.env(entry$own) <- exportenv
+    assign(sym, entry$compiled, envir = exportenv)
+    used[[length(used) + 1L]] <- entry$own
+  }
+  function() for (own in used) parent.env(own) <- emptyenv()
+}
+
 # Functions that, called at a body's top level, see the context eval() makes
 # for it (return() ends it, sys.call() and parent.frame() describe it). A body
 # that names none of them is evaluated without that context (ps_run_iterations,

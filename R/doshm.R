@@ -237,6 +237,10 @@ doshm_backend <- function(obj, expr, envir, data) {
   body <- if (isTRUE(data$nocompile) || !has_loop(expr)) expr
           else compiler::compile(expr, env = envir, options = list(suppressUndefined = TRUE))
   pkgname <- if (identical(envir, globalenv())) NULL else utils::packageName(envir)
+  if (!isTRUE(data$nocompile)) {
+    detach_compiled <- compile_exported_functions(exportenv, doshm_parent(pkgname))
+    on.exit(detach_compiled(), add = TRUE)
+  }
   packages <- obj$packages
   if (verbose && length(packages)) {
     cat(sprintf("explicitly exporting package(s): %s\n", paste(packages, collapse = ", ")))

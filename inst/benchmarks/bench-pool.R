@@ -116,19 +116,29 @@ if ("map" %in% sections) {
 if ("foreach" %in% sections && requireNamespace("foreach", quietly = TRUE)) {
   `%dopar%` <- foreach::`%dopar%`
   n <- 2000
-  systems <- list(
-    `pool: shm_map()` = function() ms(shm_map(seq_len(n), sqrt)),
-    `pool: foreach on registerDoShm()` = function() {
-      registerDoShm(cores = 2)
-      ms(foreach::foreach(i = seq_len(n)) %dopar% sqrt(i))
-    })
-  if (requireNamespace("doParallel", quietly = TRUE)) {
-    systems$`doParallel on the same PSOCK cluster` <- function() {
-      doParallel::registerDoParallel(cl)
-      ms(foreach::foreach(i = seq_len(n)) %dopar% sqrt(i))
+  # The loop body calls a function of the caller's, as loops do: foreach
+  # exports it with the export environment as its environment.
+  tiny <- function(i) sqrt(i)
+  spin6 <- function(i) { x <- 0; for (k in 1:60) x <- x + k; i }   # (~6 us)
+  for (task in c("sqrt", "6us")) {
+    f <- if (task == "sqrt") tiny else spin6
+    systems <- list(
+      `pool: shm_map()` = function() ms(shm_map(seq_len(n), f)),
+      `pool: foreach on registerDoShm()` = function() {
+        registerDoShm(cores = 2)
+        g <- f   # (a variable of the loop's frame: foreach exports it)
+        ms(foreach::foreach(i = seq_len(n)) %dopar% g(i))
+      })
+    if (requireNamespace("doParallel", quietly = TRUE)) {
+      systems$`doParallel on the same PSOCK cluster` <- function() {
+        doParallel::registerDoParallel(cl)
+        g <- f
+        ms(foreach::foreach(i = seq_len(n)) %dopar% g(i))
+      }
     }
+    compare(sprintf("foreach(i = 1:%d) %%dopar%% g(i), g a %s", n,
+                    if (task == "sqrt") "sqrt(i)" else "~6 us function with a loop"), systems)
   }
-  compare(sprintf("foreach(i = 1:%d) %%dopar%% sqrt(i)", n), systems)
   foreach::registerDoSEQ()
 }
 

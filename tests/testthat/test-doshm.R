@@ -108,6 +108,39 @@ test_that(".export, .noexport and .packages", {
   expect_error(foreach(i = 1:2, .packages = "noSuchPkgXyz") %dopar% i, "worker initialization failed")
 })
 
+test_that("exported functions with a loop arrive compiled, seeing the other exports", {
+  use_pool()
+  # foreach makes the export environment their environment, where R's JIT
+  # would never compile them: each iteration would run them uncompiled.
+  spin <- function(i) { x <- 0; for (k in 1:3) x <- x + k + offset; i + x }
+  plain <- function(i) i + offset
+  offset <- 1
+  compiled <- function(f) !inherits(try(compiler::disassemble(f), silent = TRUE), "try-error")
+  r <- foreach(i = 1:2) %dopar% list(spin(i), compiled(spin), compiled(plain))
+  expect_identical(lapply(r, `[[`, 1L), list(10, 11))
+  expect_identical(vapply(r, `[[`, NA, 2L), c(TRUE, TRUE))
+  expect_identical(vapply(r, `[[`, NA, 3L), c(FALSE, FALSE))   # (no loop: left as it is)
+  # `+` shadowed among the exports: the compiled function uses it.
+  `+` <- function(e1, e2) base::`*`(e1, e2)
+  expect_identical(foreach(i = 1, .combine = c) %dopar% spin(i), 0)
+  rm("+")
+  # The compiled function is kept for the next loop, but not the loop's
+  # exports (views among them): once the loop is over, nothing kept leads to
+  # its export environment.
+  big <- rnorm(3e5)
+  first_two <- function(i) { s <- 0; for (k in 1:2) s <- s + big[k]; s }
+  for (round in 1:2) {
+    r <- foreach(i = 1:2, .combine = c) %dopar% c(first_two(i), is_shared(big), compiled(first_two))
+    expect_identical(r, rep(c(big[1] + big[2], 1, 1), 2))
+  }
+  kept <- pageshare:::compiled_exports$entries
+  expect_true(length(kept) >= 2L)
+  expect_true(all(vapply(kept, function(e) identical(parent.env(e$own), emptyenv()), NA)))
+  registerDoShm(cores = 2, nocompile = TRUE)
+  r <- foreach(i = 1:2) %dopar% compiled(spin)
+  expect_identical(unlist(r), c(FALSE, FALSE))
+})
+
 test_that(".combine with .init, .final, .multicombine, .maxcombine and .inorder", {
   use_pool()
   expect_identical(foreach(i = 1:10, .combine = "+", .init = 100, .final = function(x) x * 2) %dopar% i,
