@@ -52,6 +52,7 @@ pageshare_messages <- list(
   everywhere_names = "the values in `...` of shm_everywhere() must all be named, each name once, e.g. shm_everywhere(f(x), x = x)",
   everywhere_failed = "`expr` of shm_everywhere() failed on worker process %d: %s (workers started later will not run it)",
   setup_failed = "the set-up code of shm_everywhere() failed on worker process %d, so it runs no task: %s. stop_workers() starts a pool without it",
+  task_cancelled = "task %s was cancelled by shm_cancel(); it has no value (submit it again with shm_call() if it is still needed)",
   task_lost = "task %s was sent to a pool that has since been stopped; its value is lost (submit it again)",
   task_interrupted = "task %s was abandoned when a wait for the pool was interrupted (Ctrl-C): its worker was restarted and its value is lost; no worker died. Submit it again with shm_call()",
   pool_task_failed = "`FUN` failed in %s: %s",
@@ -82,7 +83,7 @@ pageshare_message_kinds <- c(
   worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
   pool_unknown_event = "internal",
-  need_progressr = "missing_package", task_timeout = "timeout", setup_failed = "worker_setup",
+  need_progressr = "missing_package", task_timeout = "timeout", task_cancelled = "task_cancelled", setup_failed = "worker_setup",
   foreign_internal = "internal", received_handle = "segment_gone")
 
 pageshare_stop <- function(key, ..., call = NULL) {

@@ -13,6 +13,12 @@
 #'   ([stop_workers()], or [start_workers()] with another size) starts
 #'   without them.
 #' * `shm_resolved(task)` says whether a task's value is in, without waiting.
+#' * `shm_cancel(task)` cancels a task: one still waiting for a worker is
+#'   taken back and never runs; one that its worker runs (or reads next) ends
+#'   with that worker, which is killed and replaced (the other tasks it had
+#'   not begun go to other workers); one sent to a worker behind another task
+#'   runs there, and its value is dropped. [shm_value()] of a cancelled task
+#'   is an error of class `pageshare_task_cancelled`.
 #' * `shm_status()` describes the pool: its workers (process id, memory),
 #'   the set-up calls they ran and the segments this session shares.
 #'
@@ -25,7 +31,10 @@
 #' @return `shm_everywhere()`: the process ids of the workers, invisibly. If
 #'   `expr` fails on a worker, a `pageshare_task_failed` error naming that
 #'   worker (the set-up is then not kept for later workers).
-#'   `shm_resolved()`: `TRUE` or `FALSE`. `shm_status()`: a list of class
+#'   `shm_resolved()`: `TRUE` or `FALSE` (`TRUE` for a cancelled task).
+#'   `shm_cancel()`: `TRUE` if the task was cancelled, `FALSE` if there was
+#'   nothing to cancel (its value is in, or it was cancelled before),
+#'   invisibly. `shm_status()`: a list of class
 #'   `pageshare_status` with `workers` (a data frame: `pid`, `rss_bytes`),
 #'   `setup` (the number of set-up calls kept) and `segments` (what
 #'   [shared_segments()] gives), printed as a summary.
@@ -36,6 +45,9 @@
 #' task <- shm_call(function() sum(ref))
 #' shm_resolved(task)            # perhaps not yet
 #' shm_value(task, timeout = 30) == sum(big)
+#' slow <- shm_call(function() Sys.sleep(60))
+#' shm_cancel(slow)
+#' try(shm_value(slow))
 #' shm_status()
 #' stop_workers()
 #' @name shm_controls
@@ -75,7 +87,37 @@ shm_everywhere <- function(expr, ...) {
 shm_resolved <- function(task) {
   check_given("shm_resolved", "task")
   check_task(task)
-  pool_await(task, 0)
+  isTRUE(task$cancelled) || pool_await(task, 0)
+}
+
+#' @rdname shm_controls
+#' @export
+shm_cancel <- function(task) {
+  check_given("shm_cancel", "task")
+  check_task(task)
+  if (!is.null(task$reply) || isTRUE(task$cancelled)) return(invisible(FALSE))
+  if (!identical(task$generation, shm_pool$generation)) return(invisible(FALSE))
+  where <- .Call(ps_pool_cancel, task$tag)
+  # ("none": its reply has arrived, and is read with the next event)
+  if (identical(where$place, "none")) return(invisible(FALSE))
+  task$cancelled <- TRUE
+  task$keep <- NULL
+  if (identical(where$place, "running")) pool_end_worker_of(task, where$slot)
+  invisible(TRUE)
+}
+
+# Ends the worker in `slot`, which runs (or reads next) the cancelled `task`,
+# and waits for its death (handled as any, see pool_on_death(): the tasks it
+# had not begun go to other workers); should `task` be among those, it is taken
+# back; a new worker takes the slot.
+pool_end_worker_of <- function(task, slot) {
+  pid <- shm_pool$pids[slot]
+  shm_pool$cancelled_pids <- c(shm_pool$cancelled_pids, pid)
+  tools::pskill(pid, tools::SIGKILL)
+  while (identical(shm_pool$pids[slot], pid)) pool_wait_event(idle = TRUE)
+  .Call(ps_pool_cancel, task$tag)
+  pool_fill_vacancies()
+  invisible()
 }
 
 #' @rdname shm_controls

@@ -213,7 +213,9 @@ pool_on_death <- function(slot, pid, begun, unread, waiting) {
   shm_pool$pids[slot] <- NA_integer_
   for (what in unread) job_requeue(what$job, what$info)
   for (what in begun) pool_deliver(what, list(status = "died", pid = pid))
-  if (!length(begun)) pageshare_warn("pool_worker_replaced", pid)
+  cancelled <- pid %in% shm_pool$cancelled_pids   # (ended by shm_cancel())
+  shm_pool$cancelled_pids <- setdiff(shm_pool$cancelled_pids, pid)
+  if (!length(begun) && !cancelled) pageshare_warn("pool_worker_replaced", pid)
   if (waiting && all(is.na(shm_pool$pids))) pool_fill_vacancies()
 }
 

@@ -112,6 +112,7 @@ shm_call <- function(FUN, ...) {
 #' @export
 shm_value <- function(task, timeout = NULL) {
   if (missing(task)) pageshare_stop("missing_argument", "task", "shm_value", "shm_value")
+  if (is.environment(task) && isTRUE(task$cancelled)) pageshare_stop("task_cancelled", format(task$tag))
   if (!is.null(timeout)) {
     check_task(task)
     if (!is.numeric(timeout) || length(timeout) != 1L || is.na(timeout) || timeout < 0) {
@@ -146,7 +147,8 @@ shm_value <- function(task, timeout = NULL) {
 
 #' @export
 print.pageshare_task <- function(x, ...) {
-  cat(sprintf("<pageshare task %s: %s>\n", format(x$tag), if (is.null(x$reply)) "running" else "done"))
+  state <- if (isTRUE(x$cancelled)) "cancelled" else if (is.null(x$reply)) "running" else "done"
+  cat(sprintf("<pageshare task %s: %s>\n", format(x$tag), state))
   invisible(x)
 }
 

@@ -44,6 +44,16 @@ pub enum FreeSlot {
     NoneAlive,
 }
 
+/// Where a message is (see [`Dispatch::place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Waiting for a worker with room.
+    Waiting,
+    /// Sent to the worker in `slot`; `first`: its oldest message; `alone`:
+    /// its only one.
+    Sent { slot: usize, first: bool, alone: bool },
+}
+
 /// What a worker that died had.
 pub struct Lost<W> {
     /// Messages it had begun (or may have): they failed.
@@ -197,6 +207,24 @@ impl<W> Dispatch<W> {
         self.alive[slot] = true;
     }
 
+    /// Where the message `tag` is: waiting, or sent to a worker (in which
+    /// slot, and whether it is that worker's oldest message, the one it runs
+    /// or reads next); `None` when it was answered or never was.
+    pub fn place(&self, tag: u64) -> Option<Place> {
+        if self.queue.iter().any(|w| w.tag == tag) {
+            return Some(Place::Waiting);
+        }
+        self.pending.iter().enumerate().find_map(|(slot, p)| {
+            p.iter().position(|s| s.tag == tag).map(|i| Place::Sent { slot, first: i == 0, alone: p.len() == 1 })
+        })
+    }
+
+    /// Takes the waiting message `tag` out of the queue (it is never sent).
+    pub fn withdraw(&mut self, tag: u64) -> Option<Waiting<W>> {
+        let i = self.queue.iter().position(|w| w.tag == tag)?;
+        self.queue.remove(i)
+    }
+
     /// Every message, sent or waiting (the pool stops).
     pub fn drain(&mut self) -> Vec<W> {
         let mut out: Vec<W> = self.pending.iter_mut().flat_map(|p| p.drain(..).map(|s| s.what)).collect();
@@ -217,6 +245,29 @@ mod tests {
         let tag = d.next_tag();
         d.sent(slot, Sent { tag, what, resend: keep.then(|| msg(8)) });
         tag
+    }
+
+    #[test]
+    fn a_message_is_placed_and_withdrawn_only_while_it_waits() {
+        let mut d: Dispatch<&str> = Dispatch::new(2, 2, 100);
+        let a = send(&mut d, 0, "a", false);
+        let b = send(&mut d, 0, "b", false);
+        let c = send(&mut d, 1, "c", false);
+        let w = d.next_tag();
+        d.wait(Waiting { tag: w, message: msg(8), what: "w" }, false);
+        assert_eq!(d.place(a), Some(Place::Sent { slot: 0, first: true, alone: false }));
+        assert_eq!(d.place(b), Some(Place::Sent { slot: 0, first: false, alone: false }));
+        assert_eq!(d.place(c), Some(Place::Sent { slot: 1, first: true, alone: true }));
+        assert_eq!(d.place(w), Some(Place::Waiting));
+        assert!(d.withdraw(a).is_none());
+        assert_eq!(d.withdraw(w).map(|x| x.what), Some("w"));
+        assert_eq!(d.place(w), None);
+        assert_eq!(d.waiting(), 0);
+        assert_eq!(d.outstanding(), 3);
+        assert!(d.answered(0, a).is_ok());
+        assert_eq!(d.place(a), None);
+        assert_eq!(d.place(b), Some(Place::Sent { slot: 0, first: true, alone: true }));
+        assert_eq!(d.place(12345), None);
     }
 
     #[test]

@@ -103,6 +103,12 @@ impl<W> Master<W> {
         &self.dispatch
     }
 
+    /// Takes the waiting message `tag` out of the queue: what was kept with
+    /// it, or `None` when it does not wait (sent, answered, or unknown).
+    pub fn withdraw(&mut self, tag: u64) -> Option<W> {
+        self.dispatch.withdraw(tag).map(|w| w.what)
+    }
+
     /// Stops the workers; returns what was kept with every message out or
     /// read ahead (their replies will never be read).
     pub fn stop(mut self) -> Vec<W> {

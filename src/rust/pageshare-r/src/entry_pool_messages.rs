@@ -12,7 +12,7 @@ use crate::pool_master::{buffer, damaged, master_give_up, no_pool, pool, shrink}
 use crate::r_calls::{as_real, raw_vec, scalar_integer, scalar_logical, scalar_real, Protect};
 use crate::r_sys::*;
 use crate::wire_r;
-use pageshare_pool::dispatch::FreeSlot;
+use pageshare_pool::dispatch::{FreeSlot, Place};
 use pageshare_pool::master::Submitted;
 use pageshare_pool::wire::{Event, EventKind};
 use std::time::{Duration, Instant};
@@ -74,6 +74,45 @@ pub extern "C" fn ps_pool_free_slot_rs(bytes: SEXP, slots: SEXP) -> SEXP {
             FreeSlot::Busy => NA_INT,
             FreeSlot::NoneAlive => 0,
         })
+    })
+}
+
+/// Cancels what can be cancelled of the message `tag` without a worker:
+/// a message still waiting is taken out of the queue (its `what` let go).
+/// Returns where the message was, as a named list: `place` ("waiting": now
+/// withdrawn; "running": its worker's oldest message; "behind": sent behind
+/// another; "none": answered or unknown), `slot` (1-based, or NA) and
+/// `alone` (its worker has no other message).
+#[no_mangle]
+pub extern "C" fn ps_pool_cancel_rs(tag: SEXP) -> SEXP {
+    entry(|| {
+        let tag = as_real(tag)?;
+        let mut guard = pool()?;
+        let place = match guard.as_mut() {
+            Some(m) if tag >= 1.0 && tag.fract() == 0.0 => {
+                let place = m.dispatch().place(tag as u64);
+                if place == Some(Place::Waiting) {
+                    if let Some(key) = m.withdraw(tag as u64) {
+                        crate::r_store::take(key);
+                    }
+                }
+                place
+            }
+            _ => None,
+        };
+        drop(guard);
+        let (name, slot, alone) = match place {
+            Some(Place::Waiting) => ("waiting", NA_INT, false),
+            Some(Place::Sent { slot, first, alone }) => {
+                (if first { "running" } else { "behind" }, slot as i32 + 1, alone)
+            }
+            None => ("none", NA_INT, false),
+        };
+        let mut p = Protect::new();
+        let name = p.protect(crate::r_calls::scalar_string(name)?)?;
+        let slot = p.protect(scalar_integer(slot)?)?;
+        let alone = p.protect(scalar_logical(alone as i32)?)?;
+        crate::r_calls::named_list(&[("place", name), ("slot", slot), ("alone", alone)])
     })
 }
 
