@@ -229,7 +229,7 @@ doshm_backend <- function(obj, expr, envir, data) {
       # (exported functions' frames are walked too; exportenv is walked here)
       if (is.function(val) && identical(environment(val), exportenv)) next
       before <- length(state$views)
-      shared <- share_walk(val, state)
+      shared <- share_walk(val, state, name = sym)
       if (length(state$views) > before && !is.function(val)) assign(sym, shared, envir = exportenv)
     }
   }

@@ -26,7 +26,7 @@ share_globals <- function(globals, plan_key = NULL) {
     el <- .subset2(globals, i)
     before <- length(state$views)
     swapped <- length(state$restore)
-    new <- share_walk(el, state)
+    new <- share_walk(el, state, name = names(globals)[i])
     if (length(state$views) > before && typeof(el) != "closure") {
       g[[names(globals)[i]]] <- new
     }

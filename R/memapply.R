@@ -193,10 +193,10 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
   state <- share_state(sprintf("%s()", caller))
   force_sent_promises(state, FUN, VARS)
   if (local) {
-    X <- share_walk(X, state)
-    if (length(VARS)) VARS <- lapply(VARS, share_walk, state = state)
+    X <- share_walk(X, state, name = "X")
+    for (i in seq_along(VARS)) VARS[i] <- list(share_walk(VARS[[i]], state, name = names(VARS)[i]))
     # data in the frames FUN carries (a function made inside another) too
-    share_walk(FUN, state)
+    share_walk(FUN, state, name = "FUN")
     on.exit(restore_shared(state), add = TRUE)
     if (fall_back(state)) local <- FALSE
   }

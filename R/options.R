@@ -60,9 +60,13 @@
 #'  \item{`pageshare.verbose`}{(logical; env `PAGESHARE_VERBOSE`; default
 #'    `FALSE`) Report, for each future with globals, foreach loop,
 #'    `memApply()`, `memLapply()`, `shm_map()` and `shm_call()` (one whose
-#'    arguments are all small is not looked at), what it shares (segments, their size, the
-#'    time taken), that nothing reached the threshold, or why its data go
-#'    plainly, as a message of class `pageshare_verbose`.}
+#'    arguments are all small is not looked at), what it shares (each
+#'    segment under the name of the global, argument or element it was found
+#'    as, e.g. `cfg$weights` or `f's inside` for a value in the environment
+#'    of a function `f`, with its size; the bytes each worker reads in place
+#'    instead of receiving a copy; the time taken), that nothing reached the
+#'    threshold, or why its data go plainly, as a message of class
+#'    `pageshare_verbose`.}
 #'  \item{`pageshare.worker_vsize`}{(numeric bytes; env
 #'    `PAGESHARE_WORKER_VSIZE`; default `16777216`, 16 MiB) The size of vector
 #'    heap at which the workers that pageshare starts ([shm_multisession()]'s

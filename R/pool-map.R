@@ -84,9 +84,9 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
   n <- length(X)
   state <- share_state(door)
   force_sent_promises(state, FUN, dots)
-  X <- share_walk(X, state)
+  X <- share_walk(X, state, name = "X")
   dots <- share_walk(dots, state)
-  share_walk(FUN, state)
+  share_walk(FUN, state, name = "FUN")
   on.exit(restore_shared(state), add = TRUE)
   handles <- !fall_back(state) && length(state$views) > 0L
   stage <- list(FUN = FUN, X = X, dots = dots, seed = seed)

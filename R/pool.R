@@ -88,8 +88,8 @@ shm_call <- function(FUN, ...) {
   if (!plain_call(FUN, args, threshold)) {
     state <- share_state("shm_call()")
     force_sent_promises(state, FUN, args)
-    args <- share_walk(args, state)
-    share_walk(FUN, state)
+    args <- share_walk(args, state, name = "...")
+    share_walk(FUN, state, name = "FUN")
     on.exit(restore_shared(state), add = TRUE)
     handles <- !fall_back(state) && length(state$views) > 0L
     keep <- state$views

@@ -33,6 +33,7 @@ share_state <- function(door = NULL) {
   state$door <- door
   if (!is.null(door) && isTRUE(getOption("pageshare.verbose"))) state$started <- Sys.time()
   state$views <- list()
+  state$view_names <- character()   # (where each view was found, for the verbose report)
   state$failed <- NULL
   state$restore <- list()
   state$envs <- list()
@@ -60,12 +61,25 @@ character_bytes <- function(x, threshold = share_threshold()) {
   entries + sum(nchar(x, type = "bytes"), na.rm = TRUE)
 }
 
-# `x` with every value the rule shares replaced by its view.
-share_walk <- function(x, state, depth = 0L) {
+add_view <- function(state, view, name) {
+  state$views[[length(state$views) + 1L]] <- view
+  state$view_names[[length(state$views)]] <- name
+}
+
+element_name <- function(name, names, i) {
+  nm <- if (is.null(names)) "" else names[[i]]
+  if (!nzchar(name)) return(if (nzchar(nm)) nm else sprintf("[[%d]]", i))
+  if (nzchar(nm)) paste0(name, "$", nm) else sprintf("%s[[%d]]", name, i)
+}
+
+# `x` with every value the rule shares replaced by its view. `name` says
+# where `x` was found (a global's or an argument's name, `$` and `[[i]]` below
+# it), for the verbose report.
+share_walk <- function(x, state, depth = 0L, name = "") {
   if (is.null(x)) return(x)
   if (is_shared(x)) {
     v <- tryCatch(share(x), pageshare_error = function(e) x)
-    state$views[[length(state$views) + 1L]] <- v
+    add_view(state, v, name)
     return(v)
   }
   if (is_shareable_vector(x)) {
@@ -75,27 +89,28 @@ share_walk <- function(x, state, depth = 0L) {
       NULL
     })
     if (is.null(v)) return(x)
-    state$views[[length(state$views) + 1L]] <- v
+    add_view(state, v, name)
     return(v)
   }
   if (typeof(x) == "closure") {
-    if (isTRUE(state$frames)) share_in_frames(environment(x), state)
+    if (isTRUE(state$frames)) share_in_frames(environment(x), state, name)
     return(x)
   }
   if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L &&
       isTRUE(.Call(ps_worth_walking, x, state$threshold))) {
     out <- NULL
+    nms <- names(x)
     for (i in seq_along(x)) {
       el <- .subset2(x, i)
       if (is.null(el)) next
       before <- length(state$views)
-      new <- share_walk(el, state, depth + 1L)
+      new <- share_walk(el, state, depth + 1L, element_name(name, nms, i))
       if (length(state$views) > before && !identical(typeof(el), "closure")) {
         if (is.null(out)) out <- unclass(x)
         out[i] <- list(new)
       }
     }
-    packed <- pack_small_leaves(if (is.null(out)) x else out, state)
+    packed <- pack_small_leaves(if (is.null(out)) x else out, state, name)
     if (length(packed)) {
       if (is.null(out)) out <- unclass(x)
       for (i in names(packed)) out[as.integer(i)] <- list(packed[[i]])
@@ -116,7 +131,7 @@ share_walk <- function(x, state, depth = 0L) {
 # Returns the views by index, or NULL.
 min_packed_bytes <- 512
 
-pack_small_leaves <- function(x, state) {
+pack_small_leaves <- function(x, state, name = "") {
   if (!is.null(state$failed)) return(NULL)
   n <- length(x)
   types <- character(n)
@@ -145,7 +160,7 @@ pack_small_leaves <- function(x, state) {
       })
     if (is.null(views)) break
     arm_gc_hook()
-    state$views <- c(state$views, views)
+    for (v in views) add_view(state, v, sprintf("%s (%d small elements packed)", if (nzchar(name)) name else "a list", length(idx)))
     out[as.character(idx)] <- views
   }
   out
@@ -154,12 +169,12 @@ pack_small_leaves <- function(x, state) {
 # The frames a closure carries (its environment and their parents, up to 25,
 # until the global environment, a namespace or a package): large values bound
 # there are swapped for views in place (see the rule above).
-share_in_frames <- function(env, state) {
+share_in_frames <- function(env, state, name = "") {
   depth <- 0L
   while (is.environment(env) && depth < 25L && !is_shared_scope(env)) {
     for (e in state$envs) if (identical(e, env)) return(invisible())
     state$envs[[length(state$envs) + 1L]] <- env
-    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) share_binding(env, nm, state)
+    for (nm in ls(env, all.names = TRUE, sorted = FALSE)) share_binding(env, nm, state, name)
     env <- parent.env(env)
     depth <- depth + 1L
   }
@@ -170,7 +185,9 @@ share_in_frames <- function(env, state) {
 binding_types <- c(unbound = 0L, value = 1L, missing = 2L, delayed = 3L, forced = 4L,
                    active = 5L, promise = 6L)
 
-share_binding <- function(env, name, state) {
+# (`owner`: the name of the closure whose frames hold the binding, in the
+# verbose report as "owner's name")
+share_binding <- function(env, name, state, owner = "") {
   b <- .Call(ps_binding, env, name)
   type <- b[[1L]]
   value <- b[[2L]]
@@ -186,12 +203,13 @@ share_binding <- function(env, name, state) {
     return(invisible())
   }
   if (typeof(value) == "closure") {
-    share_in_frames(environment(value), state)
+    share_in_frames(environment(value), state, name)
     return(invisible())
   }
   if (!(is_shareable_vector(value) || typeof(value) == "list")) return(invisible())
   before <- length(state$views)
-  new <- share_walk(value, state)
+  where <- if (nzchar(owner)) sprintf("%s's %s", owner, name) else name
+  new <- share_walk(value, state, name = where)
   if (length(state$views) > before && is.null(state$failed)) {
     state$restore[[length(state$restore) + 1L]] <-
       list(env = env, name = name, type = type, value = value, saved = b[[3L]])
@@ -356,21 +374,30 @@ fall_back <- function(state, key = NULL, warn = TRUE) {
 }
 
 # With option pageshare.verbose, what a front door's walk shared: a message
-# of class "pageshare_verbose" naming the door, the vectors sent as handles
-# (how many segments, their size, the time the walk took) or that nothing
-# reached the threshold, and what could not be shared and why (those data go
-# plainly).
+# of class "pageshare_verbose" naming the door, each segment sent as a handle
+# with the names it was found under and its size, the bytes each worker reads
+# in place instead of receiving a copy (and the time the walk took), or that
+# nothing reached the threshold, and what could not be shared and why (those
+# data go plainly).
 share_report <- function(state) {
   if (is.null(state$door) || !isTRUE(pageshare_option("pageshare.verbose"))) return(invisible())
-  views <- unique_views(state$views)
   took <- if (is.null(state$started)) "" else
     sprintf(", %.1f ms", as.numeric(Sys.time() - state$started, units = "secs") * 1000)
   text <- if (!is.null(state$failed)) {
     sprintf("could not share (%s): its data go by plain serialization", conditionMessage(state$failed))
-  } else if (length(views)) {
-    bytes <- sum(vapply(views, function(v) as.numeric(shared_info(v)$segment_bytes), 0))
-    sprintf("shares %d segment%s (%s%s) as handles", length(views), if (length(views) == 1L) "" else "s",
-            format_bytes(bytes), took)
+  } else if (length(state$views)) {
+    info <- lapply(state$views, shared_info)
+    segment <- vapply(info, function(i) as.character(i$name), "")
+    bytes <- vapply(info, function(i) as.numeric(i$segment_bytes), 0)
+    names <- state$view_names
+    names[is.na(names) | !nzchar(names)] <- "(unnamed)"
+    # (a segment under the first name it was found by)
+    first <- !duplicated(segment)
+    each <- sprintf("%s (%s)", names[first], format_bytes(bytes[first]))
+    total <- sum(bytes[first])
+    sprintf("shares %d segment%s as handles%s: %s; %s that each worker reads in place instead of receiving a copy",
+            length(each), if (length(each) == 1L) "" else "s", took, paste(each, collapse = "; "),
+            format_bytes(total))
   } else {
     sprintf("has nothing that reaches the threshold (%s): everything goes by plain serialization",
             format_bytes(state$threshold))
