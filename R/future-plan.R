@@ -115,7 +115,7 @@
 #' }
 #' @export
 shm_multisession <- function(...,
-                             workers = pageshare:::default_worker_count(),
+                             workers = pageshare::default_worker_count(),
                              lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
                              envir = parent.frame()) {
   workers <- check_future_workers(workers)
@@ -165,7 +165,7 @@ attr(shm_multisession, "cleanup") <- function() {
 # method (future-methods-legacy.R) never runs there; launchFuture()
 # (future-methods.R) does the same work.
 # future 1.31 never reads this attribute.
-attr(shm_multisession, "factory") <- function(workers = pageshare:::default_worker_count(),
+attr(shm_multisession, "factory") <- function(workers = pageshare::default_worker_count(),
                                               rscript_libs = .libPaths(), rscript_args = NULL, ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan

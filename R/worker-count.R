@@ -10,13 +10,20 @@ worker_count <- function(n = NULL, arg = "cores") {
   else check_worker_count(n, arg)
 }
 
-# The default: the cores this process may use (parallelly::availableCores()
-# honours cgroup limits, CPU affinity and the scheduler's settings, where
-# detectCores() counts the machine's), leaving connections free for the user
-# as future does. Where availableCores() fails (a /proc mounted with
-# subset=pid has no cgroup files), the machine's count. (shm_multisession's
-# `workers` default calls this with `pageshare:::`: future evaluates a plan's
-# formals outside this namespace.)
+#' The number of workers pageshare starts when none is given
+#'
+#' The cores this R session may use, as [parallelly::availableCores()] counts
+#' them (cgroup limits, CPU affinity and the scheduler's settings honoured;
+#' the machine's count where that fails, as on a `/proc` mounted with
+#' `subset=pid`), leaving 16 of R's connections free as future does. It is
+#' the default of `workers` in [shm_multisession] and of the pool's size when
+#' option `pageshare.workers` is not set ([pageshare_options]).
+#'
+#' @return A single integer, at least 1.
+#' @seealso [start_workers()], [pageshare_options]
+#' @examples
+#' default_worker_count()
+#' @export
 default_worker_count <- function() {
   as.integer(max(1L, min(default_cores(), parallelly::freeConnections() - 16L)))
 }

@@ -162,6 +162,7 @@ sweep_plan <- list(
   shm_everywhere = list(base = list(expr = 1)),
   shm_resolved = list(base = list(task = quote(shm_call(identity, 1)))),
   shm_cancel = list(base = list(task = quote(shm_call(identity, 1)))),
+  default_worker_count = list(base = list()),
   shm_status = list(base = list()),
   start_workers = list(base = list(n = 1)),
   stop_workers = list(base = list(), skip = "stopping the pool is tested in test-pool.R"),
