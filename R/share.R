@@ -37,7 +37,10 @@
 #'
 #' Lists (including data frames, tibbles and data.tables) are shared element by
 #' element: each vector in them becomes a view, other elements (`NULL`,
-#' formulas, ...) are kept as they are. An environment,
+#' formulas, ...) are kept as they are. S4 objects whose slots are vectors
+#' (the Matrix package's sparse and dense matrices, for example) are shared
+#' slot by slot in the same way: the result has the same class and is
+#' `identical()` to `x`, its slots views. An environment,
 #' a function or an external pointer cannot be shared and gives an error that
 #' names the element.
 #'
@@ -48,12 +51,14 @@
 #' for the limit on open files (`pageshare_too_many_segments`).
 #'
 #' @param x A logical, integer, double, complex, raw or character vector (any
-#'   attributes: matrices, factors, dates...), or a list of such vectors.
+#'   attributes: matrices, factors, dates...), a list of such vectors, or an
+#'   S4 object whose slots are such vectors.
 #' @param key `NULL` (default), or a key under which other R processes of this
 #'   user on this machine find the data, and under which the same data shared
 #'   by another process are found instead of copied: a string, or `TRUE` for
 #'   the content key of `x` (see [share_by_key]).
-#' @return A view of `x` (or a list of views).
+#' @return A view of `x` (or a list of views, or an S4 object whose slots are
+#'   views).
 #' @seealso [is_shared()], [shared_info()], [with_handles()], [share_by_key], [pageshare_options]
 #' @examples
 #' x <- share(rnorm(1e5))
@@ -80,7 +85,28 @@ share_value <- function(x, where) {
   if (typeof(x) == "list") {
     return(share_list(x, where))
   }
+  if (typeof(x) == "S4") {
+    return(share_s4(x, where))
+  }
   pageshare_stop("share_type", paste0("`", where, "`"), describe_type(x))
+}
+
+# An S4 object (a Matrix package matrix, say) with each slot shared as a list
+# element is: vectors and lists shared, NULL and language kept, anything else
+# refused. The object, its class and its slot names are as before; only the
+# slots' data live in segments.
+share_s4 <- function(x, where) {
+  out <- x
+  for (slot in setdiff(names(attributes(x)), "class")) {
+    el <- attr(x, slot, exact = TRUE)
+    label <- sprintf("%s@%s", where, slot)
+    if (is_shareable_vector(el) || is.list(el) || typeof(el) == "S4") {
+      attr(out, slot) <- share_value(el, label)
+    } else if (!is_plain_data(el)) {
+      pageshare_stop("share_type", label, describe_type(el))
+    }
+  }
+  out
 }
 
 share_list <- function(x, where, share_element = share_value) {

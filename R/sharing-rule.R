@@ -96,6 +96,13 @@ share_walk <- function(x, state, depth = 0L, name = "") {
     if (isTRUE(state$frames)) share_in_frames(environment(x), state, name)
     return(x)
   }
+  # (an environment travels as a copy: its large values are swapped for views
+  # while it is sent, as a closure's frames are; an R6 object is one)
+  if (typeof(x) == "environment") {
+    if (isTRUE(state$frames)) share_in_frames(x, state, name)
+    return(x)
+  }
+  if (typeof(x) == "S4") return(share_slots(x, state, depth, name))
   if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L &&
       isTRUE(.Call(ps_worth_walking, x, state$threshold))) {
     out <- NULL
@@ -121,6 +128,24 @@ share_walk <- function(x, state, depth = 0L, name = "") {
     }
   }
   x
+}
+
+# An S4 object (a Matrix package matrix, say) with its slots walked as a
+# list's elements are: its class, and every slot left small, stay as they are.
+# (Slots are attributes; setting one with attr<- checks nothing, as the
+# object's data do not change.)
+share_slots <- function(x, state, depth, name) {
+  if (depth >= 50L) return(x)
+  out <- x
+  for (slot in setdiff(names(attributes(x)), "class")) {
+    value <- attr(x, slot, exact = TRUE)
+    before <- length(state$views)
+    new <- share_walk(value, state, depth + 1L, paste0(if (nzchar(name)) name else "an S4 object", "@", slot))
+    if (length(state$views) > before && typeof(value) != "closure" && typeof(value) != "environment") {
+      attr(out, slot) <- new
+    }
+  }
+  out
 }
 
 # Elements of a list below the threshold on their own but at least
@@ -206,7 +231,11 @@ share_binding <- function(env, name, state, owner = "") {
     share_in_frames(environment(value), state, name)
     return(invisible())
   }
-  if (!(is_shareable_vector(value) || typeof(value) == "list")) return(invisible())
+  if (typeof(value) == "environment") {
+    if (!is_shared_scope(value)) share_in_frames(value, state, name)
+    return(invisible())
+  }
+  if (!(is_shareable_vector(value) || typeof(value) %in% c("list", "S4"))) return(invisible())
   before <- length(state$views)
   where <- if (nzchar(owner)) sprintf("%s's %s", owner, name) else name
   new <- share_walk(value, state, name = where)

@@ -13,7 +13,8 @@ as_root=; [ "$(id -u)" -eq 0 ] || as_root=sudo   # only apt-get needs root
 packages=(r-base-dev r-cran-testthat r-cran-callr r-cran-ps r-cran-future r-cran-future.apply
           r-cran-furrr r-cran-foreach r-cran-doparallel r-cran-dorng r-cran-iterators r-cran-progressr
           r-cran-bench r-cran-data.table r-cran-tibble r-cran-runit r-cran-roxygen2
-          r-cran-knitr r-cran-rmarkdown r-cran-parallelly r-cran-globals r-cran-future.batchtools qpdf tidy
+          r-cran-knitr r-cran-rmarkdown r-cran-parallelly r-cran-globals r-cran-future.batchtools
+          r-cran-matrix r-cran-r6 qpdf tidy
           libjemalloc2)   # tests: the page handover is off, said once, under LD_PRELOAD of jemalloc
 missing=()
 for p in "${packages[@]}"; do

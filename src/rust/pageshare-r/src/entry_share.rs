@@ -74,6 +74,10 @@ pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool 
                     && ((0..n).any(|i| worth_walking(VECTOR_ELT(x, i), threshold, depth + 1))
                         || packable_bytes(x) >= threshold)
             }
+            // (the walk decides: an S4 object's slots are its attributes, which
+            // R's API has no reader of here before R 4.5; an environment's
+            // bindings are listed there)
+            SEXPTYPE::S4SXP | SEXPTYPE::ENVSXP => true,
             _ => false,
         }
     }

@@ -13,8 +13,10 @@ use std::os::unix::io::AsRawFd;
 use std::sync::Mutex;
 
 /// Bytes written per pwrite() when a source's pages are handed over as the copy
-/// proceeds: the most memory held twice at any moment.
-pub const HANDOVER_CHUNK: usize = 64 << 20;
+/// proceeds: the most memory held twice at any moment, which the peak memory
+/// of a process tree sharing a large vector shows (a few more system calls per
+/// chunk are nothing beside copying it).
+pub const HANDOVER_CHUNK: usize = 8 << 20;
 
 /// Page-aligned addresses [lo, hi) of a source's data whose pages are handed
 /// over to the segment that copies them ([`Segment::create_copy_handing_over`]).
