@@ -301,6 +301,31 @@ test_that("a source written in place after share() is shared again as what it ho
   forget_shared(); invisible(gc())
 })
 
+test_that("a character vector is found again by its strings, and not once one is replaced in place", {
+  skip_if_not_installed("data.table")
+  forget_shared()
+  x <- sprintf("s%06d", 1:2e5)
+  x[3] <- NA
+  x[4] <- enc2native("caf\u00e9")
+  y <- x
+  Encoding(y[5]) <- "latin1"; y[5] <- iconv("caf\u00e9", "UTF-8", "latin1")
+  v <- share(x)
+  expect_identical(shared_info(share(x))$name, shared_info(v)$name)   # share once
+  expect_identical(share(x), x)
+  w <- share(y)
+  expect_identical(w, y)
+  expect_identical(Encoding(w[5]), "latin1")
+  dt <- data.table::setDT(list(a = x))
+  data.table::set(dt, 2L, "a", "changed")       # writes into x's own array
+  expect_identical(x[2], "changed")
+  z <- share(x)
+  expect_false(identical(shared_info(z)$name, shared_info(v)$name))
+  expect_identical(z[2], "changed")
+  expect_identical(v[2], "s000002")              # the first view never changed
+  rm(x, y, v, w, z, dt)
+  forget_shared(); invisible(gc())
+})
+
 test_that("another process of the same user can neither shrink, grow nor rewrite a segment", {
   skip_if(!nzchar(Sys.which("truncate")) || !nzchar(Sys.which("dd")), "needs truncate and dd")
   x <- as.double(seq_len(1e5))

@@ -33,6 +33,7 @@ use crate::r_sys::*;
 use crate::view::view_of;
 use once_cell::sync::Lazy;
 use pageshare_core::segment::Handover;
+use pageshare_core::strings::Encoding;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -53,6 +54,9 @@ struct Entry {
     used: u64,
     /// The clock when the entry was made (see [`mark`]).
     made: u64,
+    /// For a character vector, a digest of its array of string pointers (see
+    /// [`string_pointers_digest`]).
+    strings_digest: u64,
 }
 
 /// Source address -> entry, with the entries' total bytes kept as they change
@@ -141,7 +145,7 @@ unsafe fn holds_view_data(x: SEXP, e: &Entry) -> Result<bool, RError> {
             return Ok(false); // the view no longer reads its segment
         }
         if TYPEOF(x) == SEXPTYPE::STRSXP {
-            return identical(x, view);
+            return Ok(string_pointers_digest(x) == e.strings_digest || holds_view_strings(x, v));
         }
         let n = v.bytes();
         let start = (v.offset * v.kind.elem_size()) as usize;
@@ -153,6 +157,58 @@ unsafe fn holds_view_data(x: SEXP, e: &Entry) -> Result<bool, RError> {
                 mine[..lo] == shared[..lo] && mine[hi..] == shared[hi..]
             }
             _ => mine == shared,
+        })
+    }
+}
+
+/// A digest of the character vector `x`'s array of string pointers. R's
+/// strings are immutable and unique per text and encoding, and `x` holds each
+/// string it points to, so the same array means the same strings: a vector
+/// found again is checked by reading its array (8 bytes per string, in order)
+/// rather than every string's text, scattered over the heap.
+///
+/// # Safety
+/// Main R thread; `x` a live ordinary (not ALTREP) character vector.
+unsafe fn string_pointers_digest(x: SEXP) -> u64 {
+    // SAFETY: the array of an ordinary STRSXP holds XLENGTH(x) pointers.
+    let words = unsafe { std::slice::from_raw_parts(STRING_PTR_RO(x), XLENGTH(x) as usize) };
+    // (any good mixing will do: a collision needs another vector at the same
+    // address, of the same length, whose pointers happen to mix alike)
+    let mut h: u64 = 0x243F_6A88_85A3_08D3 ^ words.len() as u64;
+    for w in words {
+        h = (h ^ (*w as usize as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+    h
+}
+
+/// Does the character vector `x` hold the view's strings, byte for byte and
+/// with the same encodings and NAs? Read from the segment's packed table:
+/// identical() with the view would make an R string of every element (seconds
+/// for a million).
+///
+/// # Safety
+/// Main R thread; `x` a live ordinary (not ALTREP) character vector of the
+/// view's length.
+unsafe fn holds_view_strings(x: SEXP, v: &crate::view::View) -> bool {
+    // SAFETY: x is an ordinary STRSXP, so its array holds XLENGTH(x) CHARSXPs,
+    // alive as long as x; only their bytes, lengths and encodings are read.
+    unsafe {
+        let table = v.seg.strings();
+        let offset = v.offset as usize;
+        let n = XLENGTH(x) as usize;
+        if offset + n > table.len() {
+            return false;
+        }
+        let array: *const SEXP = STRING_PTR_RO(x);
+        (0..n).all(|i| {
+            let c = *array.add(i);
+            let mine = if c == R_NaString {
+                None
+            } else {
+                let bytes = std::slice::from_raw_parts(R_CHAR(c).cast::<u8>(), LENGTH(c) as usize);
+                Some((bytes, Encoding::from_cetype(Rf_getCharCE(c))))
+            };
+            mine == table.get(offset + i)
         })
     }
 }
@@ -204,6 +260,7 @@ pub unsafe fn insert(x: SEXP, attrs: SEXP, view: SEXP, bytes: u64, handed: Optio
             bytes,
             used: tick(),
             made: tick(),
+            strings_digest: if TYPEOF(x) == SEXPTYPE::STRSXP { string_pointers_digest(x) } else { 0 },
         };
         if let Some(old) = entries().insert(x as usize, e) {
             release(&old);
