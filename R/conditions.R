@@ -23,6 +23,9 @@
 #'     already registered by another live process.}
 #'   \item{`pageshare_key_conflict`}{Other data are shared under the key
 #'     given to [share()] (see [share_by_key]).}
+#'   \item{`pageshare_key_busy`}{Another process held the lock of the key given
+#'     to [share()] for longer than option `pageshare.key_wait` (it is sharing
+#'     under that key, or stopped meanwhile); the message names it.}
 #'   \item{`pageshare_not_registered`}{No variable (or no view) of that name is
 #'     registered in that namespace, or no process shares an object under that
 #'     key.}

@@ -10,10 +10,20 @@
 #' own, so a machine holds one copy however many processes share it.
 #'
 #' With `key = TRUE` the key is computed from the contents (`content_key(x)`,
-#' a hash of the type, length, attributes and data, as text beginning with
+#' the SHA-256 of the type, length, attributes and data, as text beginning with
 #' `"content:"`): processes that hold the same data find each other without
-#' agreeing on a name. A list is then shared element by element, each under
-#' its own content key.
+#' agreeing on a name. Objects that [identical()] cannot tell apart have the
+#' same content key: attributes in another order, strings in latin1 or UTF-8,
+#' -0 or 0. A list is then shared element by element, each under its own
+#' content key.
+#'
+#' Processes that share under the same key at the same moment take turns (one
+#' copy is made, the others map it). A process waits for its turn at most
+#' `pageshare.key_wait` seconds (see [pageshare_options]), and Ctrl-C ends the
+#' wait; then it maps the copy a holder has already if it holds the same
+#' contents, else under a content key it makes a copy of its own, and under a
+#' key given by hand it is a `pageshare_key_busy` error that names the process
+#' whose turn it is (one stopped with Ctrl-Z or in a debugger, say).
 #'
 #' Every process that shares or retrieves an object by key holds it: the
 #' object is found, and its pages stay, while any of them still holds it.
@@ -26,14 +36,16 @@
 #' see `pageshare.dir` in [pageshare_options]), closed to other users: another
 #' user's objects are never found, and an entry that is not what it says is an
 #' error, never data. A content key is checked against the contents of the
-#' segment found (`shared_by_key()` computes it again; `share()` compares every
-#' byte). A key given by hand is trusted as the index is: any process of this
-#' user may publish under it.
+#' segment found: `shared_by_key()` and `share()` hash them again (a
+#' cryptographic hash: no process can make other data with that key), or
+#' `share()` finds them equal byte for byte. A key given by hand is trusted as
+#' the index is: any process of this user may publish under it.
 #'
 #' @section Errors:
 #' `pageshare_not_registered` when no live process of this user shares an
 #' object under the key; `pageshare_key_conflict` when `share()` is given a key
-#' under which other data are shared; `pageshare_invalid_segment` for an entry
+#' under which other data are shared; `pageshare_key_busy` when another process
+#' held the key's turn for longer than `pageshare.key_wait` (see above); `pageshare_invalid_segment` for an entry
 #' whose segment is not what it says (for a content key: other contents).
 #'
 #' @param x A vector as for [share()], or, with `key = TRUE`, a list of them.
@@ -86,7 +98,7 @@ release_key <- function(key) {
 content_key <- function(x) {
   check_given("content_key", "x")
   if (!is_shareable_vector(x)) pageshare_stop("share_type", "`x`", describe_type(x))
-  .Call(ps_content_key, x, attributes_blob(x))
+  .Call(ps_content_key, x, canonical_attributes_blob(x))
 }
 
 # share(x, key = ) (see share()): `key` a string, or TRUE for content keys
@@ -97,10 +109,13 @@ share_keyed <- function(x, key, where) {
   }
   if (!isTRUE(key)) check_name_bytes(key, "key")
   if (is_shareable_vector(x)) {
-    blob <- attributes_blob(x)
+    # (under a content key the segment stores the attributes as the key hashes them)
+    content <- isTRUE(key) || startsWith(key, "content:")
+    blob <- if (content) canonical_attributes_blob(x) else attributes_blob(x)
     if (isTRUE(key)) key <- .Call(ps_content_key, x, blob)
     sync_shared_budget()
-    return(.Call(ps_share_keyed, x, as.pairlist(attributes(x)), blob, key, segment_dir(), release_source()))
+    return(.Call(ps_share_keyed, x, as.pairlist(attributes(x)), blob, key, segment_dir(), release_source(),
+                 as.double(pageshare_option("pageshare.key_wait"))))
   }
   if (typeof(x) == "list") {
     if (!isTRUE(key)) pageshare_stop("list_key", paste0("`", where, "`"))
@@ -113,4 +128,46 @@ share_keyed <- function(x, key, where) {
 attributes_blob <- function(x) {
   attrs <- attributes(x)
   if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE)
+}
+
+# The attributes of `x` as a content key hashes them (see
+# src/rust/pageshare-core/src/content.rs), and as a segment shared under a
+# content key stores them: what identical() does not tell apart written one way
+# only (in the order of their names, as UTF-8 bytes; strings as UTF-8; -0 as
+# 0, every NA and every other NaN one way each; the same for the attributes of
+# attributes and the elements of lists), serialized without the version of R
+# that wrote it (NULL for none).
+canonical_attributes_blob <- function(x) {
+  attrs <- canonical_attributes(attributes(x))
+  if (is.null(attrs)) return(NULL)
+  blob <- serialize(attrs, NULL, xdr = FALSE, version = 2L)
+  blob[7:10] <- as.raw(0L)   # (the writer's R version: unserialize() does not need it)
+  blob
+}
+
+canonical_attributes <- function(attrs) {
+  if (is.null(attrs)) return(NULL)
+  names(attrs) <- enc2utf8(names(attrs))
+  lapply(attrs[order(names(attrs), method = "radix")], canonical_value)
+}
+
+canonical_value <- function(v) {
+  if (!is.atomic(v) && typeof(v) != "list") return(v)   # (a function, an environment: as it is)
+  attrs <- canonical_attributes(attributes(v))
+  attributes(v) <- NULL
+  v <- switch(typeof(v),
+              character = enc2utf8(v),
+              double = canonical_doubles(v),
+              complex = complex(real = canonical_doubles(Re(v)), imaginary = canonical_doubles(Im(v))),
+              list = lapply(v, canonical_value),
+              v)
+  if (!is.null(attrs)) attributes(v) <- attrs
+  v
+}
+
+canonical_doubles <- function(d) {
+  d[!is.na(d) & d == 0] <- 0
+  d[is.nan(d)] <- NaN
+  d[is.na(d) & !is.nan(d)] <- NA_real_
+  d
 }

@@ -33,6 +33,15 @@
 #'    operating system); that of a small one may not be, so above this many
 #'    cached bytes the least recently used entries are dropped (their views
 #'    stay valid). `forget_shared()` drops them all.}
+#'  \item{`pageshare.key_wait`}{(numeric seconds; env `PAGESHARE_KEY_WAIT`;
+#'    default `10`) How long [share()] with a `key` waits for another process
+#'    that is sharing under the same key at the same moment (it holds the key's
+#'    lock while it copies its data, so that the two keep one copy). Ctrl-C
+#'    ends the wait at once. When the wait ends, the object that a process
+#'    holds already under the key is taken if it has the same contents; else,
+#'    under a content key (`key = TRUE`), this process makes its own copy, and
+#'    under a key given by hand it is a `pageshare_key_busy` error naming the
+#'    process that holds the lock (a process that is stopped, say).}
 #'  \item{`pageshare.max_shared_bytes`}{(numeric bytes; env
 #'    `PAGESHARE_MAX_SHARED_BYTES`; default `Inf`) The most memory this session
 #'    may hold in segments it made. A share beyond it is a `pageshare_no_space`
@@ -80,7 +89,7 @@
 #' }
 #' @name pageshare_options
 #' @aliases pageshare.options pageshare.dir pageshare.threshold pageshare.workers pageshare.cache_limit
-#'   pageshare.max_shared_bytes
+#'   pageshare.max_shared_bytes pageshare.key_wait
 #'   pageshare.share_results pageshare.release_source pageshare.worker_vsize
 #'   pageshare.verbose
 #' @examples
@@ -104,6 +113,8 @@ option_defaults <- list(
                                unset = Inf, must = "a number of bytes >= 0 (Inf: no limit)", ok = is_byte_size),
   pageshare.dir = list(env = "PAGESHARE_DIR", default = "/dev/shm", parse = identity,
                        must = "an existing directory", ok = function(v) is_string(v) && dir.exists(v)),
+  pageshare.key_wait = list(env = "PAGESHARE_KEY_WAIT", default = 10, parse = as.numeric,
+                            must = "a number of seconds >= 0", ok = function(v) is_number(v, min = 0)),
   pageshare.max_shared_bytes = list(env = "PAGESHARE_MAX_SHARED_BYTES", default = Inf, parse = as.numeric,
                                     must = "a number of bytes >= 0 (Inf: no limit)", ok = is_byte_size),
   pageshare.release_source = list(env = "PAGESHARE_RELEASE_SOURCE", default = TRUE, parse = as.logical,

@@ -89,10 +89,34 @@ static void __attribute__((noreturn)) raise_condition(const char *message, int m
   Rf_error("%s", "pageshare: an error could not be signalled");
 }
 
+/* R's interrupt, as Ctrl-C raises it (a condition of class "interrupt",
+ * then the jump to the top level), for a wait that Rust ended because the
+ * user interrupted it (R's own check took the interrupt: see
+ * ps_interrupt_pending()). Never returns. */
+static void __attribute__((noreturn)) raise_interrupt(void) {
+  SEXP cond = PROTECT(Rf_allocVector(VECSXP, 2));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_VECTOR_ELT(cond, 0, Rf_mkString(""));
+  SET_STRING_ELT(names, 0, Rf_mkChar("message"));
+  SET_STRING_ELT(names, 1, Rf_mkChar("call"));
+  Rf_setAttrib(cond, R_NamesSymbol, names);
+  SEXP cls = PROTECT(Rf_allocVector(STRSXP, 2));
+  SET_STRING_ELT(cls, 0, Rf_mkChar("interrupt"));
+  SET_STRING_ELT(cls, 1, Rf_mkChar("condition"));
+  Rf_setAttrib(cond, R_ClassSymbol, cls);
+  SEXP signal = PROTECT(Rf_lang2(Rf_install("signalCondition"), cond));
+  Rf_eval(signal, R_BaseEnv);
+  SEXP abort = PROTECT(Rf_lang2(Rf_install("invokeRestart"), Rf_mkString("abort")));
+  Rf_eval(abort, R_BaseEnv);
+  UNPROTECT(5);
+  Rf_error("%s", "interrupted");
+}
+
 void ps_raise_pending(void) {
   ps_pending_t p;
   ps_take_pending(&p);
   if (p.resume_r_error) R_ContinueUnwind(continuation);
+  if (p.kind_len == 9 && memcmp(p.kind, "interrupt", 9) == 0) raise_interrupt();
   raise_condition(p.message, p.message_len, p.kind, p.kind_len, p.has_space, p.needed, p.free);
 }
 

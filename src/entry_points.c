@@ -41,7 +41,7 @@
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
   X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                      \
-  X(ps_segments_table, 2) X(ps_content_key, 2) X(ps_share_keyed, 6) X(ps_retrieve_keyed, 2)      \
+  X(ps_segments_table, 2) X(ps_content_key, 2) X(ps_share_keyed, 7) X(ps_retrieve_keyed, 2)      \
   X(ps_release_key, 1)                                                                             \
   X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
   X(ps_pool_free_slot, 2) X(ps_pool_cancel, 1) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)      \

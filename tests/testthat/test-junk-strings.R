@@ -36,7 +36,7 @@ junk_strings_run <- function(progress) {
     ps_release = list("ns", "var"),
     ps_namespace_variables = list("ns", dir),
     ps_segments_table = list(dir, TRUE),
-    ps_share_keyed = list(as.numeric(1:10), NULL, NULL, "key", dir, FALSE),
+    ps_share_keyed = list(as.numeric(1:10), NULL, NULL, "key", dir, FALSE, 10),
     ps_retrieve_keyed = list("key", dir),
     ps_release_key = list("key"),
     ps_pool_start = list(1L, no_program, c("--no-echo"), c("R_LIBS", "TMPDIR"), c(dir, dir), 65536, 5,

@@ -151,6 +151,17 @@ pub fn hold_as(base: &Path, name: &str, seg: Arc<Segment>) -> Result<()> {
     Ok(())
 }
 
+/// As [`hold_as`], for `seg` found through another holder with
+/// [`open_registered_to_hold`]: this process holds it through `file`, the
+/// descriptor opened before its contents were compared, so a holder that lets
+/// go meanwhile changes nothing here.
+pub fn hold_opened_as(base: &Path, name: &str, seg: Arc<Segment>, file: std::fs::File) -> Result<()> {
+    seg.adopt_opened(file)?;
+    let claim = index::publish(base, name, &seg.locator())?;
+    state().registered.insert(name.to_string(), (seg, base.to_path_buf(), claim));
+    Ok(())
+}
+
 /// The segment this process holds and publishes as `name`, if it does.
 pub fn held_as(name: &str) -> Option<Arc<Segment>> {
     state().registered.get(name).map(|(s, _, _)| s.clone())
@@ -178,6 +189,31 @@ pub fn open_registered(base: &Path, name: &str) -> Result<Arc<Segment>> {
         },
         other => other,
     }
+}
+
+/// As [`open_registered`], with a descriptor of the segment opened at the same
+/// time, to hold it with ([`hold_opened_as`]) once its contents are found to
+/// be the ones wanted. A holder gone before the descriptor could be opened is
+/// [`Error::Missing`].
+pub fn open_registered_to_hold(base: &Path, name: &str) -> Result<(Arc<Segment>, std::fs::File)> {
+    let loc = index::lookup(base, name)?;
+    let file = match Segment::open_descriptor(&loc, name) {
+        Err(Error::Missing { .. }) => {
+            return match index::lookup(base, name) {
+                Ok(again) if again.token == loc.token => {
+                    Err(Error::Unreachable { name: name.to_string(), holder_pid: loc.pid })
+                }
+                Ok(_) => Err(Error::Missing { name: name.to_string() }),
+                Err(e) => Err(e),
+            }
+        }
+        other => other?,
+    };
+    if let Some(seg) = state().mappings.get(&loc.token).and_then(|(w, _)| w.upgrade()) {
+        return Ok((seg, file));
+    }
+    let seg = remember(Arc::new(Segment::map_opened(&file, &loc, name)?), 0);
+    Ok((seg, file))
 }
 
 /// Stop holding a registered segment and withdraw its index entry; views of it

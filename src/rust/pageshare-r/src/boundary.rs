@@ -37,6 +37,12 @@ pub enum ErrorKind {
     NotRegistered,
     /// A key under which other data are shared already.
     KeyConflict,
+    /// A key whose creation lock another process held for longer than
+    /// `pageshare.key_wait` seconds.
+    KeyBusy,
+    /// The user interrupted a wait (Ctrl-C): the shell raises R's own
+    /// interrupt, not an error.
+    Interrupted,
     /// The operating system refused access, or a file pageshare must trust is
     /// not safe to use (another user's, a link, open to others).
     Permission,
@@ -68,6 +74,8 @@ impl ErrorKind {
             ErrorKind::NameTaken => "pageshare_name_taken",
             ErrorKind::NotRegistered => "pageshare_not_registered",
             ErrorKind::KeyConflict => "pageshare_key_conflict",
+            ErrorKind::KeyBusy => "pageshare_key_busy",
+            ErrorKind::Interrupted => "interrupt",
             ErrorKind::Permission => "pageshare_permission",
             ErrorKind::TooManySegments => "pageshare_too_many_segments",
             ErrorKind::BadArgument => "pageshare_bad_argument",

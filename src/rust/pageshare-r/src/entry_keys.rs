@@ -12,7 +12,7 @@
 //! when it is retrieved; a key given by hand is trusted as the index is: only
 //! processes of this user can publish in it.
 
-use crate::args::{dir_arg, flag_arg, raw_or_empty, string_arg};
+use crate::args::{dir_arg, doubles_arg, flag_arg, raw_or_empty, string_arg};
 use crate::boundary::{entry, msg, ErrorKind, RError};
 use crate::r_calls::{self, named_list, raw_vec, scalar_logical, Protect};
 use crate::r_sys::*;
@@ -20,10 +20,12 @@ use crate::share_pipeline::{copy_into_segment, vector_contents};
 use crate::source_pages;
 use crate::view::make_view;
 use pageshare_core::content::{content_key, is_content_key, CONTENT_PREFIX};
+use pageshare_core::index::CreationLock;
 use pageshare_core::segment::Segment;
 use pageshare_core::{index, naming, os, registry};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A key given by hand, checked: a content key only as this package makes them.
 fn key_arg(key: SEXP) -> Result<String, RError> {
@@ -36,10 +38,23 @@ fn key_arg(key: SEXP) -> Result<String, RError> {
     Ok(key)
 }
 
-/// Does `seg` hold exactly these contents?
-fn holds(seg: &Segment, kind: pageshare_core::header::Kind, length: u64, attributes: &[u8], data: &[u8]) -> bool {
+/// Does `seg` hold these contents: exactly these bytes, or, for the content
+/// key `key`, contents of that key (what `identical()` does not tell apart
+/// may be written otherwise there: -0, a latin1 string)?
+fn holds(
+    seg: &Segment,
+    key: &str,
+    kind: pageshare_core::header::Kind,
+    length: u64,
+    attributes: &[u8],
+    data: &[u8],
+) -> bool {
     let h = seg.header();
-    h.kind == kind && h.length == length && seg.attributes() == attributes && seg.data() == data
+    if h.kind != kind || h.length != length {
+        return false;
+    }
+    (seg.attributes() == attributes && seg.data() == data)
+        || (is_content_key(key) && content_key(h.kind, h.length, seg.attributes(), seg.data()) == key)
 }
 
 /// A view of the whole of `seg` with the R attributes `attrs`.
@@ -106,11 +121,16 @@ pub extern "C" fn ps_share_keyed_rs(
     key: SEXP,
     dir: SEXP,
     release_source: SEXP,
+    wait: SEXP,
 ) -> SEXP {
     entry(|| {
         let key = key_arg(key)?;
         let dir = dir_arg(dir)?;
         let release = flag_arg(release_source)?;
+        let wait = match doubles_arg(wait, "wait")?[..] {
+            [w] if w >= 0.0 => w,
+            _ => return Err(RError::argument("`wait` must be a number of seconds >= 0")),
+        };
         let ours = naming::keyed(&key, os::pid()).map_err(msg)?;
         // SAFETY: R holds blob (an argument).
         let attributes = unsafe { raw_or_empty(blob)? };
@@ -121,7 +141,7 @@ pub extern "C" fn ps_share_keyed_rs(
             return Err(RError::argument(format!("`x` does not hold the contents of key '{key}'")));
         }
         if let Some(seg) = registry::held_as(&ours) {
-            if holds(&seg, kind, length, attributes, &data) {
+            if holds(&seg, &key, kind, length, attributes, &data) {
                 if release {
                     // SAFETY: R's main thread; x is alive and nothing writes it meanwhile.
                     unsafe { hand_over_onto(x, &data, &seg) };
@@ -134,13 +154,36 @@ pub extern "C" fn ps_share_keyed_rs(
                 format!("this process already shares other data under key '{key}'; release_key() it first, or use another key"),
             ));
         }
-        // (one process at a time decides for this key, until its own copy is published)
-        let _deciding = index::creation_lock(&dir, &naming::keyed_prefix(&key).map_err(msg)?).map_err(msg)?;
+        // One process at a time decides for this key, until its own copy is
+        // published. The wait for that ends at `wait` seconds (a holder may be
+        // stopped, or slow) and at an interrupt (Ctrl-C): then the holders
+        // there are already are asked all the same, and for a content key a
+        // copy of our own is made (its contents are those of the key, whoever
+        // publishes them); for a key given by hand that is an error naming the
+        // process that holds the lock.
+        let prefix = naming::keyed_prefix(&key).map_err(msg)?;
+        // (capped: a deadline some years ahead is as good as none)
+        let deadline = Instant::now() + Duration::from_secs_f64(wait.min(1e8));
+        let mut busy = None;
+        let _deciding = match index::creation_lock(&dir, &prefix, deadline, &mut r_calls::interrupted).map_err(msg)? {
+            CreationLock::Taken(file) => {
+                crate::faults::stop_in_key_lock_if_asked();
+                Some(file)
+            }
+            CreationLock::Interrupted => return Err(RError::new(ErrorKind::Interrupted, "interrupted")),
+            CreationLock::Busy { holder } => {
+                busy = Some(holder);
+                None
+            }
+        };
         for name in other_holders(&dir, &key, &ours)? {
-            // (a holder whose segment cannot be opened from here: another may do)
-            let Ok(seg) = registry::open_registered(&dir, &name) else { continue };
-            if holds(&seg, kind, length, attributes, &data) {
-                registry::hold_as(&dir, &ours, seg.clone()).map_err(msg)?;
+            // (a holder whose segment cannot be opened from here, or that let
+            // go of it meanwhile: another may do, or our own copy. The
+            // descriptor is opened with the mapping, so a holder that lets go
+            // after the comparison cannot take the segment away from us.)
+            let Ok((seg, file)) = registry::open_registered_to_hold(&dir, &name) else { continue };
+            if holds(&seg, &key, kind, length, attributes, &data) {
+                registry::hold_opened_as(&dir, &ours, seg.clone(), file).map_err(msg)?;
                 if release {
                     // SAFETY: R's main thread; x is alive and nothing writes it meanwhile.
                     unsafe { hand_over_onto(x, &data, &seg) };
@@ -156,6 +199,9 @@ pub extern "C" fn ps_share_keyed_rs(
                 ));
             }
         }
+        if let (Some(holder), false) = (busy, content) {
+            return Err(key_busy(&key, holder, wait));
+        }
         drop(data);
         let mut scope = Protect::new();
         // SAFETY: as above; the view is protected before anything allocates.
@@ -166,6 +212,32 @@ pub extern "C" fn ps_share_keyed_rs(
         unsafe { r_calls::set_attributes(view, attrs)? };
         Ok(view)
     })
+}
+
+/// The error of `share(x, key = )` whose key's creation lock `holder` still
+/// held after `wait` seconds.
+fn key_busy(key: &str, holder: Option<u32>, wait: f64) -> RError {
+    let who = match holder {
+        Some(pid) => {
+            let state = match os::process_state(pid) {
+                Some('T') => " (stopped: SIGSTOP or Ctrl-Z; `kill -CONT` it to let it go on)",
+                Some('t') => " (stopped by a debugger)",
+                Some('D') => " (waiting for the disk or memory)",
+                _ => "",
+            };
+            format!("process {pid}{state}")
+        }
+        None => "another process".to_string(),
+    };
+    RError::new(
+        ErrorKind::KeyBusy,
+        format!(
+            "{who} holds the lock of key '{key}' (it is sharing an object under that key) and kept it for the \
+             {wait} seconds this process waits (option pageshare.key_wait); try again once it is done, wait longer \
+             with options(pageshare.key_wait = ), or share under a content key (key = TRUE), where the wait ends \
+             with a copy of this process's own"
+        ),
+    )
 }
 
 /// `shared_by_key(key)`: `list(view, attributes)` of the object some process
@@ -190,8 +262,10 @@ pub extern "C" fn ps_retrieve_keyed_rs(key: SEXP, dir: SEXP) -> SEXP {
         }
         let mut failure = None;
         for name in other_holders(&dir, &key, &ours)? {
-            let seg = match registry::open_registered(&dir, &name) {
-                Ok(seg) => seg,
+            let (seg, file) = match registry::open_registered_to_hold(&dir, &name) {
+                Ok(found) => found,
+                // (a holder that let go meanwhile: the next one, if any)
+                Err(pageshare_core::Error::Missing { .. }) => continue,
                 Err(e) => {
                     failure.get_or_insert_with(|| RError::from(e).context(&format!("key '{key}'")));
                     continue;
@@ -207,7 +281,7 @@ pub extern "C" fn ps_retrieve_keyed_rs(key: SEXP, dir: SEXP) -> SEXP {
                 });
                 continue;
             }
-            registry::hold_as(&dir, &ours, seg.clone()).map_err(msg)?;
+            registry::hold_opened_as(&dir, &ours, seg.clone(), file).map_err(msg)?;
             return found(seg);
         }
         Err(failure.unwrap_or_else(|| {

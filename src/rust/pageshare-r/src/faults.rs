@@ -99,3 +99,21 @@ pub extern "C" fn ps_inject_fault_rs(site: SEXP, what: SEXP) -> SEXP {
         Ok(nil())
     })
 }
+
+/// The environment variable that makes a process stop itself (SIGSTOP) as soon
+/// as it has taken a key's creation lock in `share(x, key = )`, after creating
+/// the file it names: the tests of tests/testthat/test-keys.R hold a process
+/// there, deterministically, to show that the others do not hang on it.
+const STOP_IN_KEY_LOCK: &str = "PAGESHARE_TEST_STOP_IN_KEY_LOCK";
+
+/// Stop this process here if the tests asked for it (see [`STOP_IN_KEY_LOCK`]);
+/// it goes on when it receives SIGCONT. Unset, this costs one look at the
+/// environment per keyed share.
+pub fn stop_in_key_lock_if_asked() {
+    let Some(path) = std::env::var_os(STOP_IN_KEY_LOCK) else { return };
+    if std::fs::write(&path, format!("{}\n", std::process::id())).is_ok() {
+        // SAFETY: raise() only sends a signal to this process; SIGSTOP cannot
+        // be caught, so no handler runs on this thread.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
+}

@@ -48,7 +48,7 @@ mod tests;
 
 pub use directory::directory;
 pub use entry::decode;
-pub use registration::{check_free, creation_lock, lookup, publish, withdraw, Claim};
+pub use registration::{check_free, creation_lock, lookup, publish, withdraw, Claim, CreationLock};
 pub use sweep::{live_names, sweep};
 
 /// Prefix of the temporary files an entry is written to before it is linked.

@@ -19,16 +19,36 @@ pub struct Claim {
     pub(super) _lock: File,
 }
 
-/// Wait for the lock under which one process at a time, of those that share
-/// under the names beginning with `prefix` (a key's holders), decides whether
-/// to take a holder's segment or make its own: processes that share the same
-/// data at the same moment then keep one copy. Held until the returned file is
-/// dropped (or the process ends). Its file is a temporary file of the index,
-/// which a sweep removes once nobody has locked it for a while.
-pub fn creation_lock(base: &Path, prefix: &str) -> Result<File> {
+/// What waiting for a key's creation lock ([`creation_lock`]) came to.
+#[derive(Debug)]
+pub enum CreationLock {
+    /// Taken: held until the file is dropped (or the process ends).
+    Taken(File),
+    /// Another process still held it at the deadline: its pid, where the
+    /// kernel says (`/proc/locks`).
+    Busy { holder: Option<u32> },
+    /// The caller's `interrupted()` said to stop waiting.
+    Interrupted,
+}
+
+/// Wait, until `deadline` at most, for the lock under which one process at a
+/// time, of those that share under the names beginning with `prefix` (a key's
+/// holders), decides whether to take a holder's segment or make its own:
+/// processes that share the same data at the same moment then keep one copy.
+/// The lock is tried again and again (never a blocking wait the caller could
+/// not end), and `interrupted()` is asked between tries: a holder that is
+/// stopped (SIGSTOP, a debugger) or slow can delay the caller, never hang it.
+/// Its file is a temporary file of the index, which a sweep removes once
+/// nobody has locked it for a while.
+pub fn creation_lock(
+    base: &Path,
+    prefix: &str,
+    deadline: std::time::Instant,
+    interrupted: &mut dyn FnMut() -> bool,
+) -> Result<CreationLock> {
     let dir = directory(base)?;
-    let digest = crate::content::content_key(crate::header::Kind::Raw, prefix.len() as u64, &[], prefix.as_bytes());
-    let path = dir.join(format!("{TEMP_PREFIX}lock.{}", &digest[crate::content::CONTENT_PREFIX.len()..]));
+    let digest = crate::content::digest_hex(prefix.as_bytes());
+    let path = dir.join(format!("{TEMP_PREFIX}lock.{}", &digest[..32]));
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -40,11 +60,26 @@ pub fn creation_lock(base: &Path, prefix: &str) -> Result<File> {
     if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
         return Err(Error::Invalid { name: path.display().to_string(), why: "it is not a regular file".into() });
     }
-    os::lock_exclusive_waiting(&file)
-        .map_err(|e| Error::os(format!("cannot lock {} (its file system must support flock)", path.display()), e))?;
-    // (recently used: a sweep leaves it alone)
-    let _ = file.set_modified(std::time::SystemTime::now());
-    Ok(file)
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        let taken = os::try_lock_exclusive(&file).map_err(|e| {
+            Error::os(format!("cannot lock {} (its file system must support flock)", path.display()), e)
+        })?;
+        if taken {
+            // (recently used: a sweep leaves it alone)
+            let _ = file.set_modified(std::time::SystemTime::now());
+            return Ok(CreationLock::Taken(file));
+        }
+        if interrupted() {
+            return Ok(CreationLock::Interrupted);
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Ok(CreationLock::Busy { holder: os::flock_holder(&file) });
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    }
 }
 
 /// Publish `name` -> `loc` and return the [`Claim`] that keeps it alive. Fails

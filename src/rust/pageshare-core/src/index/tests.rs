@@ -232,3 +232,43 @@ fn an_unsafe_directory_is_refused() {
     std::os::unix::fs::symlink(base.path(), &dir).unwrap();
     assert!(matches!(lookup(base.path(), &name), Err(Error::Unsafe { .. })));
 }
+
+#[test]
+fn a_held_creation_lock_is_waited_for_until_the_deadline_or_an_interrupt() {
+    use super::CreationLock;
+    use std::time::{Duration, Instant};
+    let base = tempfile::tempdir().unwrap();
+    let never = &mut || false;
+    let held = match super::creation_lock(base.path(), "pageshare.k.x.", Instant::now(), never).unwrap() {
+        CreationLock::Taken(f) => f,
+        other => panic!("{other:?}"),
+    };
+    // (another open file description of the same lock file: refused while `held` lives)
+    let start = Instant::now();
+    match super::creation_lock(base.path(), "pageshare.k.x.", start + Duration::from_millis(200), never).unwrap() {
+        CreationLock::Busy { holder } => assert_eq!(holder, Some(crate::os::pid())),
+        other => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    let mut asked = 0;
+    let mut interrupt_third = || {
+        asked += 1;
+        asked == 3
+    };
+    let far = Instant::now() + Duration::from_secs(3600);
+    assert!(matches!(
+        super::creation_lock(base.path(), "pageshare.k.x.", far, &mut interrupt_third).unwrap(),
+        CreationLock::Interrupted
+    ));
+    assert_eq!(asked, 3);
+    // another key's lock is another lock
+    assert!(matches!(
+        super::creation_lock(base.path(), "pageshare.k.y.", Instant::now(), never).unwrap(),
+        CreationLock::Taken(_)
+    ));
+    drop(held);
+    assert!(matches!(
+        super::creation_lock(base.path(), "pageshare.k.x.", Instant::now(), never).unwrap(),
+        CreationLock::Taken(_)
+    ));
+}

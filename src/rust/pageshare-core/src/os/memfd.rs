@@ -108,6 +108,26 @@ pub fn lock_exclusive_waiting(file: &File) -> std::io::Result<()> {
     }
 }
 
+/// The process that holds a `flock()` lock on `file`'s inode, as the kernel
+/// lists it in `/proc/locks` (in this process's pid namespace); None where it
+/// lists none or cannot be read.
+pub fn flock_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    let id = format!("{:02x}:{:02x}:{}", rustix::fs::major(m.dev()), rustix::fs::minor(m.dev()), m.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    flock_holder_in(&locks, &id)
+}
+
+/// The pid of the granted FLOCK lock on the inode `id` ("maj:min:inode") in
+/// the text of `/proc/locks` (waiting ones, "->", left out).
+fn flock_holder_in(locks: &str, id: &str) -> Option<u32> {
+    locks.lines().filter(|l| !l.contains("->")).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&id)).then(|| f.get(4)?.parse().ok()).flatten()
+    })
+}
+
 /// Try to take an exclusive lock on `file`'s open file description without
 /// waiting: `Ok(true)` when granted (no other open file description of the
 /// file holds a lock), `Ok(false)` when another one holds a lock. The lock
@@ -232,4 +252,34 @@ pub fn open_process_memfd(pid: u32, fd: i32, prefix: &str) -> std::io::Result<Fi
     }
     let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC;
     std::fs::OpenOptions::new().read(true).custom_flags(flags.bits() as i32).open(&link)
+}
+
+#[cfg(test)]
+mod lock_holder_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_granted_lock_names_its_holder() {
+        let locks = "1: POSIX  ADVISORY  WRITE 77 00:2f:15 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 4242 00:2f:15 0 EOF\n\
+                     2: -> FLOCK  ADVISORY  WRITE 99 00:2f:15 0 EOF\n";
+        assert_eq!(flock_holder_in(locks, "00:2f:15"), Some(4242));
+        assert_eq!(flock_holder_in(locks, "00:2f:16"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let a = File::create(&path).unwrap();
+        assert_eq!(flock_holder(&a), None);
+        assert!(try_lock_exclusive(&a).unwrap());
+        let b = File::open(&path).unwrap();
+        assert!(!try_lock_exclusive(&b).unwrap());
+        assert_eq!(flock_holder(&b), Some(crate::os::pid()));
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_as_proc_locks_gives_an_answer(text in "[ -~\n]{0,300}", id in "[0-9a-f:]{0,12}") {
+            let _ = flock_holder_in(&text, &id);
+        }
+    }
 }

@@ -88,6 +88,27 @@ impl Segment {
         Ok(())
     }
 
+    /// Hold the segment from now on through `file`, a descriptor of it this
+    /// process opened already ([`Segment::open_descriptor`], before it looked
+    /// at the contents): unlike [`Segment::adopt`] nothing is opened again, so
+    /// a holder that lets go after the comparison cannot make this fail.
+    pub fn adopt_opened(&self, file: File) -> Result<()> {
+        if self.owned_here() {
+            return Ok(());
+        }
+        use std::os::unix::fs::MetadataExt;
+        let (m, origin) = (
+            file.metadata().map_err(|e| crate::Error::os("cannot stat the segment", e))?,
+            *self.origin.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        if (m.dev(), m.ino()) != (origin.dev, origin.ino) {
+            return Err(crate::Error::Argument(format!("the descriptor given to hold {} is another file", self.name)));
+        }
+        let file = os::place_high(file)?;
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = Some((file, os::pid()));
+        Ok(())
+    }
+
     /// Stop holding the segment now: no process can open it through us any
     /// more; mappings (here and elsewhere) stay valid until unmapped, and the
     /// kernel frees the memory with the last of them.

@@ -18,9 +18,24 @@ impl Segment {
     pub fn open(locator: &Locator, name: &str) -> Result<Segment> {
         crate::naming::validate(name)?;
         let file = open_checked(locator, name)?;
+        Segment::map_opened(&file, locator, name)
+    }
+
+    /// A descriptor of the segment `locator` points at, opened and checked as
+    /// [`Segment::open`] does: whoever keeps it can hold the segment later
+    /// ([`Segment::adopt_opened`]) even if the process it was found through
+    /// lets go of it meanwhile.
+    pub fn open_descriptor(locator: &Locator, name: &str) -> Result<File> {
+        crate::naming::validate(name)?;
+        open_checked(locator, name)
+    }
+
+    /// Map the segment `file` (from [`Segment::open_descriptor`] with the same
+    /// `locator`), checking its header as [`Segment::open`] does.
+    pub fn map_opened(file: &File, locator: &Locator, name: &str) -> Result<Segment> {
         // SAFETY: mapped read-only; the memfd is sealed (checked): its size and
         // contents can no longer change.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::os("cannot map the segment", e))?;
+        let map = unsafe { Mmap::map(file) }.map_err(|e| Error::os("cannot map the segment", e))?;
         let header = Header::parse(&map[..HEADER_LEN.min(map.len())], map.len() as u64, name)?;
         if header.token != locator.token {
             return Err(Error::Invalid { name: name.into(), why: "its token does not match the handle".into() });
