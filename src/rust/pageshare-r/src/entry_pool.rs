@@ -177,6 +177,8 @@ pub extern "C" fn ps_pool_worker_connect_rs() -> SEXP {
                 pageshare_core::os::note_ends_with(master, start);
             }
             let _ = WORKER.set(c);
+            // (what its tasks write is relayed with their replies: relay.rs)
+            crate::relay::catch_stdout();
         }
         scalar_integer(WORKER.get().expect("set above").slot as i32 + 1)
     })
@@ -230,9 +232,12 @@ pub fn task_list(h: &Header, payload: &[u8], shared: SEXP) -> Result<SEXP, RErro
 }
 
 /// A worker: sends `bytes` with `header` to the master; false if the ring
-/// is closed (the pool is stopping).
-pub fn send_to_master(header: Header, bytes: &[u8]) -> Result<bool, RError> {
+/// is closed (the pool is stopping). A reply carries its task's output and
+/// conditions, if any (relay.rs).
+pub fn send_to_master(mut header: Header, bytes: &[u8]) -> Result<bool, RError> {
     let c = worker()?;
+    let relayed = crate::relay::attach(&mut header, bytes);
+    let bytes = relayed.as_deref().unwrap_or(bytes);
     let tag = header.encode().map_err(|e| RError::argument(format!("not a reply of the pool: {e}")))?;
     match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
         Ok(()) => Ok(true),

@@ -24,6 +24,7 @@ pub mod pool_master;
 pub mod r_calls;
 pub mod r_serialize;
 pub mod r_store;
+pub mod relay;
 pub mod r_sys;
 pub mod run_iterations;
 pub mod share_pipeline;
