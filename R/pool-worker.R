@@ -90,9 +90,20 @@ pool_worker_condition <- function(cond) {
   if (inherits(cond, "immediateCondition")) {
     return(pool_worker_relay(.Call(ps_pool_worker_running), cond))
   }
-  if (isTRUE(.Call(ps_pool_worker_keep_condition, cond))) pool_worker_muffle(cond)
+  kept <- .Call(ps_pool_worker_keep_condition, cond, pool_relay_condition_bytes)
+  if (is.na(kept)) {
+    # (a call that holds large values, such as the arguments of a call made
+    # with do.call(): the condition goes without its call)
+    cond$call <- NULL
+    kept <- .Call(ps_pool_worker_keep_condition, cond, Inf)
+  }
+  if (isTRUE(kept)) pool_worker_muffle(cond)
   invisible()
 }
+
+# The most bytes a relayed condition takes with its call (see
+# pool_worker_condition()).
+pool_relay_condition_bytes <- 65536
 
 pool_worker_muffle <- function(cond) {
   for (name in c("muffleProgression", "muffleMessage", "muffleWarning", "muffleCondition")) {

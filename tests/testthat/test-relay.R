@@ -191,3 +191,29 @@ test_that("the off switches are checked", {
   expect_error(memLapply(list(1), sqrt, stdout = NULL), class = "pageshare_bad_argument")
   expect_error(memApply(matrix(1), 1, sqrt, conditions = list("warning")), class = "pageshare_bad_argument")
 })
+
+test_that("a condition whose call holds large values is relayed without its call", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  f <- function(x) {
+    warning("from a call with a large argument")
+    length(x)
+  }
+  environment(f) <- globalenv()
+  v <- runif(1e5)   # (800 kB: below the sharing threshold, so in the call's arguments)
+  w <- NULL
+  got <- withCallingHandlers(shm_value(shm_call(f, v)), warning = function(c) {
+    w <<- c
+    invokeRestart("muffleWarning")
+  })
+  expect_identical(got, 100000L)
+  expect_identical(conditionMessage(w), "from a call with a large argument")
+  expect_null(conditionCall(w))
+  # (a small call stays)
+  w <- NULL
+  withCallingHandlers(shm_map(1, function(i) warning("small")), warning = function(c) {
+    w <<- c
+    invokeRestart("muffleWarning")
+  })
+  expect_false(is.null(conditionCall(w)))
+})

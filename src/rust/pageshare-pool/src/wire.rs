@@ -677,9 +677,8 @@ impl<'a> Relay<'a> {
     /// The relay at the head of `payload`, and the reply's bytes after it.
     pub fn split(payload: &'a [u8]) -> Result<(Relay<'a>, &'a [u8]), WireError> {
         let mut r = ValueReader::new(payload);
-        let len = |r: &mut ValueReader<'a>| {
-            usize::try_from(r.u64()?).map_err(|_| WireError("a relay's length out of range"))
-        };
+        let len =
+            |r: &mut ValueReader<'a>| usize::try_from(r.u64()?).map_err(|_| WireError("a relay's length out of range"));
         let n = len(&mut r)?;
         let stdout = r.take(n)?;
         let count = len(&mut r)?;

@@ -177,8 +177,6 @@ pub extern "C" fn ps_pool_worker_connect_rs() -> SEXP {
                 pageshare_core::os::note_ends_with(master, start);
             }
             let _ = WORKER.set(c);
-            // (what its tasks write is relayed with their replies: relay.rs)
-            crate::relay::catch_stdout();
         }
         scalar_integer(WORKER.get().expect("set above").slot as i32 + 1)
     })
@@ -201,6 +199,9 @@ pub fn receive_task() -> Result<Option<Header>, RError> {
             let h = Header::decode_task(tag)
                 .map_err(|e| RError::system(format!("the pool's task ring is damaged: {e}")))?;
             RUNNING.store(h.number, Ordering::Relaxed);
+            // (what tasks write is relayed with their replies, from the first
+            // task on: what the worker's start-up wrote goes nowhere, as before)
+            crate::relay::catch_stdout();
             Ok(Some(h))
         }
         Err(RingError::Stopped(_)) => Ok(None),

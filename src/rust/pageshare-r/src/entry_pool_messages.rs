@@ -13,8 +13,8 @@ use crate::r_calls::{as_real, raw_vec, scalar_integer, scalar_logical, scalar_re
 use crate::r_sys::*;
 use crate::wire_r;
 use pageshare_pool::dispatch::FreeSlot;
-use pageshare_pool::master::Submitted;
 use pageshare_pool::master::Damaged;
+use pageshare_pool::master::Submitted;
 use pageshare_pool::wire::{Event, EventKind, Relay};
 use std::time::{Duration, Instant};
 
@@ -140,7 +140,8 @@ pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
             let out = (|| {
                 let what = scope.protect(crate::r_store::take(what))?;
                 let (relayed, rest) = if relay {
-                    let (r, rest) = Relay::split(&payload).map_err(|e| damaged(Damaged(format!("a reply's relay: {e}"))))?;
+                    let (r, rest) =
+                        Relay::split(&payload).map_err(|e| damaged(Damaged(format!("a reply's relay: {e}"))))?;
                     (scope.protect(crate::relay::relay_to_r(&r)?)?, rest)
                 } else {
                     (nil(), &payload[..])

@@ -66,19 +66,23 @@ pub fn attach(header: &mut Header, bytes: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A worker keeps `cond`, a condition its running task signalled, for the
-/// task's reply. FALSE when it cannot be serialized (it is then not kept).
+/// task's reply, if its serialization takes at most `limit` bytes (a
+/// condition's call may hold the values of its arguments). TRUE: kept;
+/// FALSE: it cannot be serialized; NA: it is larger (not kept).
 #[no_mangle]
-pub extern "C" fn ps_pool_worker_keep_condition_rs(cond: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_worker_keep_condition_rs(cond: SEXP, limit: SEXP) -> SEXP {
     entry(|| {
+        let limit = crate::r_calls::as_real(limit)?;
         let kept = match crate::r_serialize::serialize(cond) {
+            Ok((bytes, _)) if bytes.len() as f64 > limit => i32::MIN,
             Ok((bytes, _)) => {
                 conditions().push(bytes);
-                true
+                1
             }
             // (R's error is left behind: the condition is simply not relayed)
-            Err(_) => false,
+            Err(_) => 0,
         };
-        scalar_logical(kept as i32)
+        scalar_logical(kept)
     })
 }
 
