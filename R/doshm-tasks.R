@@ -124,12 +124,16 @@ run_loop_tasks <- function(cl, columns, chunks, setup, balance = TRUE) {
 
 # The same on pageshare's own pool (R/pool.R), using the workers in `slots`:
 # tasks go to workers as they become free, the first task each worker gets
-# carries the setup.
-run_loop_tasks_on_pool <- function(slots, columns, chunks, setup) {
+# carries the setup. What the tasks wrote and signalled is relayed here in
+# the order of the chunks (`relay`: list(stdout, conditions), see
+# relay_emit()).
+run_loop_tasks_on_pool <- function(slots, columns, chunks, setup,
+                                   relay = list(stdout = TRUE, conditions = "condition")) {
   if (!length(chunks)) return(list(values = list(), errors = integer()))
   loop <- new_loop_id()
   threshold <- share_threshold()
   res <- vector("list", length(chunks))
+  relays <- vector("list", length(chunks))
   done <- 0L
   redo <- integer()   # chunks a dead worker never began
   job <- new_job(slots = slots, next_item = function(slot, first) {
@@ -147,6 +151,7 @@ run_loop_tasks_on_pool <- function(slots, columns, chunks, setup) {
   }, requeue = function(sent) {
     redo <<- c(redo, sent$chunk)
   }, on_reply = function(sent, reply) {
+    if (!is.null(reply$relay)) relays[[sent$chunk]] <<- c(relays[[sent$chunk]], list(reply$relay))
     if (identical(reply$status, "error")) {
       job$failure <- list(kind = "error", condition = reply$condition)
       return(invisible())
@@ -161,6 +166,7 @@ run_loop_tasks_on_pool <- function(slots, columns, chunks, setup) {
     res[[sent$chunk]] <<- structure(value$values, errors = value$errors)
   })
   pool_drive(job)
+  for (r in relays) for (one in r) relay_emit(one, relay$stdout, relay$conditions)
   f <- job$failure
   if (identical(f$kind, "died")) pageshare_stop("pool_worker_died", f$pid, "a task", "a foreach loop")
   if (!is.null(f)) pageshare_stop("worker_init", conditionMessage(f$condition))

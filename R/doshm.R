@@ -35,9 +35,24 @@
 #' task per iteration; `chunk.size = k` sends `k` iterations per task;
 #' `scheduling = s` makes about `s` tasks per worker.
 #'
+#' On pageshare's pool (no `cl`), what the loop body writes to the standard
+#' output (`cat()`, `print()`) is written in the caller and the messages,
+#' warnings and other conditions it signals are signalled there again, as
+#' doFuture relays them: task by task in the order of the iterations (a
+#' task's output first, then its conditions in their order), before the
+#' loop's value is returned or its error raised, so that
+#' `withCallingHandlers()`, `suppressWarnings()` and `capture.output()` around
+#' the loop see them. Conditions of class `"immediateCondition"` (progressr's
+#' updates) are signalled as they come. `.options.shm = list(stdout = FALSE)`
+#' drops the output and `.options.shm = list(conditions = character())` the
+#' conditions (`conditions`: the classes relayed, as future's `conditions`;
+#' default `"condition"`, all). On a cluster passed as `cl` they stay in its
+#' workers, as with doParallel.
+#'
 #' Supported foreach options: `.export`, `.noexport`, `.packages`,
 #' `.errorhandling` (`"stop"`, `"remove"`, `"pass"`), `.verbose`,
-#' `.options.shm = list(chunk.size = , scheduling = )` (above), and
+#' `.options.shm = list(chunk.size = , scheduling = , stdout = , conditions = )`
+#' (above), and
 #' `.options.snow = list(preschedule = , attachExportEnv = )` as with doParallel
 #' (`preschedule = TRUE`: one task per worker, assigned in advance;
 #' `attachExportEnv = TRUE` attaches the exported variables on the workers
@@ -124,12 +139,13 @@ doshm_info <- function(data, item) {
 # warning, as doParallel does.
 doshm_options <- function(obj) {
   out <- list(preschedule = FALSE, attachExportEnv = FALSE, chunk.size = NULL,
-              scheduling = default_scheduling)
+              scheduling = default_scheduling, stdout = TRUE, conditions = "condition")
   given <- c(obj$options$snow, obj$options$shm)
   for (nm in names(given)) {
     val <- given[[nm]]
     ok <- switch(nm,
-      preschedule = , attachExportEnv = is_flag(val),
+      preschedule = , attachExportEnv = , stdout = is_flag(val),
+      conditions = is.null(val) || (is.character(val) && !anyNA(val)),
       chunk.size = is_number(val, min = 1) && val == round(val),
       scheduling = is_number(val) && val > 0,
       NA)
@@ -138,6 +154,7 @@ doshm_options <- function(obj) {
     } else if (!ok) {
       warning(sprintf("foreach backend option %s must be %s; ignoring it", dQuote(nm, FALSE),
                       switch(nm, chunk.size = "a whole number >= 1", scheduling = "a number > 0",
+                             conditions = "NULL or a character vector of condition classes",
                              "TRUE or FALSE")), call. = FALSE)
     } else {
       out[nm] <- list(val)
@@ -278,7 +295,7 @@ doshm_backend <- function(obj, expr, envir, data) {
     cat(sprintf("%d iteration(s) in %d task(s)\n", n, length(chunks)))
   }
   results <- if (on_pool) {
-    with_handles_if(local, run_loop_tasks_on_pool(slots, columns, chunks, setup))
+    with_handles_if(local, run_loop_tasks_on_pool(slots, columns, chunks, setup, opt))
   } else {
     with_handles_if(local, run_loop_tasks(cl, columns, chunks, setup, balance = !opt$preschedule))
   }

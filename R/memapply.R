@@ -18,6 +18,17 @@
 #' workers' global environments; without `CLUSTER`, pageshare's persistent
 #' worker pool is reused (no cluster is started per call).
 #'
+#' @section Output and conditions:
+#' On pageshare's pool (no `CLUSTER`), as future relays them: what `FUN`
+#' writes to the standard output is written here, then the messages, warnings
+#' and other conditions it signalled are signalled here again, in the order of
+#' the rows, columns or elements (see [shm_map()], "Output and conditions"),
+#' so that `withCallingHandlers()`, `suppressWarnings()` and
+#' `capture.output()` around the call see them. `stdout = FALSE` drops the
+#' output; `conditions` names the classes of the conditions relayed
+#' (`character()` or `NULL`: none). On a `CLUSTER`, they stay in its workers
+#' as with `parallel`.
+#'
 #' @section Errors:
 #' Conditions (see [pageshare_conditions]): `pageshare_task_failed` when
 #' `FUN` fails (its `parent` is `FUN`'s own condition; the message names the
@@ -41,6 +52,12 @@
 #' @param MAX.CORES The maximal number of workers used; default all the
 #'   workers of `CLUSTER` or of the pool. Checked as `cores` of
 #'   [registerDoShm()].
+#' @param stdout `TRUE` (default) to write what `FUN` writes to its standard
+#'   output here, `FALSE` to drop it, as future's `stdout` (see "Output and
+#'   conditions").
+#' @param conditions The classes of the conditions of `FUN` signalled here
+#'   again, as future's `conditions`: `"condition"` (default) for all,
+#'   `character()` or `NULL` for none.
 #' @return A list with one element per row/column (`FUN`'s value), named by the
 #'   dimnames of `X` along `MARGIN` when it has them.
 #' @seealso [memLapply()], [registerVariables()], [registerDoShm()]
@@ -54,9 +71,11 @@
 #' stop_workers()
 #' }
 #' @export
-memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
+memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL,
+                     stdout = TRUE, conditions = "condition") {
   check_given("memApply", c("X", "MARGIN", "FUN"))
   check_namespace_arg(NAMESPACE)
+  check_relay(stdout, conditions, "stdout", "conditions")
   FUN <- as_function(FUN)
   if (!is_number(MARGIN) || !MARGIN %in% c(1, 2)) {
     pageshare_stop("margin", paste(format(MARGIN), collapse = " "))
@@ -80,7 +99,7 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
   n <- if (mode == 3L) length(X) else dim(X)[MARGIN]
   nms <- if (mode == 3L) names(X) else dimnames(X)[[MARGIN]]
   mem_run("memApply", X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.CORES, held,
-          if (MARGIN == 1L) "row" else "column")
+          if (MARGIN == 1L) "row" else "column", list(stdout = stdout, conditions = conditions))
 }
 
 #' Apply a function over the elements of a shared list (memshare API)
@@ -90,6 +109,10 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
 #' and the elements of `VARS` by name. Large elements (and `VARS`) are shared
 #' once and reach the workers as views. Names of `X` are kept on the result; an
 #' error in `FUN` is an R error naming the element.
+#'
+#' @section Output and conditions:
+#' As for [memApply()]: on pageshare's pool, what `FUN` writes and signals is
+#' written and signalled here again, in the order of the elements.
 #'
 #' @section Errors:
 #' As for [memApply()]: `pageshare_task_failed` (naming the element, with
@@ -111,9 +134,11 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
 #' stop_workers()
 #' }
 #' @export
-memLapply <- function(X, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL) {
+memLapply <- function(X, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL,
+                      stdout = TRUE, conditions = "condition") {
   check_given("memLapply", c("X", "FUN"))
   check_namespace_arg(NAMESPACE)
+  check_relay(stdout, conditions, "stdout", "conditions")
   FUN <- as_function(FUN)
   held <- new.env(parent = emptyenv())
   on.exit(release_held(held), add = TRUE)
@@ -124,7 +149,7 @@ memLapply <- function(X, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX
     pageshare_stop("lapply_x", describe_object(X))
   }
   mem_run("memLapply", X, 3L, length(X), names(X), FUN, NAMESPACE, CLUSTER, VARS, MAX.CORES, held,
-          "element")
+          "element", list(stdout = stdout, conditions = conditions))
 }
 
 describe_object <- function(x) {
@@ -177,12 +202,13 @@ resolve_vars <- function(VARS, NAMESPACE, held) {
 }
 
 # The common path of memApply/memLapply. mode: 1 rows, 2 columns, 3 elements.
-mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.CORES, held, what) {
+mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.CORES, held, what,
+                    relay = list(stdout = TRUE, conditions = "condition")) {
   VARS <- resolve_vars(VARS, NAMESPACE, held)
   if (!is.null(MAX.CORES)) MAX.CORES <- check_worker_count(MAX.CORES, "MAX.CORES")
   if (n == 0L) return(stats::setNames(list(), nms))
   if (is.null(CLUSTER)) {
-    return(mem_run_pool(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what))
+    return(mem_run_pool(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what, relay))
   }
   if (!inherits(CLUSTER, "cluster")) {
     pageshare_stop("not_cluster", "CLUSTER", " (or NULL: pageshare's own pool)", describe_object(CLUSTER))
@@ -222,12 +248,14 @@ mem_run <- function(caller, X, mode, n, nms, FUN, NAMESPACE, CLUSTER, VARS, MAX.
 # The same on pageshare's own pool: a map over the indices, each element
 # reading its row, column or element of X (sent once per worker, shared by
 # the rule of every front door).
-mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what) {
+mem_run_pool <- function(caller, X, mode, n, nms, FUN, VARS, MAX.CORES, what,
+                         relay = list(stdout = TRUE, conditions = "condition")) {
   if (is.null(MAX.CORES)) pool_ensure()
   slots <- pool_slots(min(n, MAX.CORES %||% length(shm_pool$pids)))
   element <- switch(mode, mem_row, mem_column, mem_element)
   job <- pool_map(seq_len(n), element, c(list(.X = X, .FUN = FUN), VARS), slots = slots, door = sprintf("%s()", caller))
   f <- job$failure
+  map_relay_emit(job, relay$stdout, relay$conditions)
   if (identical(f$kind, "died")) {
     pageshare_stop("pool_worker_died", f$pid,
                    describe_items(what, seq.int(f$info$from, f$info$to)), sprintf("%s()", caller))

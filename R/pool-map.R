@@ -20,6 +20,20 @@
 #' L'Ecuyer-CMRG (7 integers) is used as it is. This session's generator is
 #' left as it was except for the one draw of `.seed = TRUE`.
 #'
+#' @section Output and conditions:
+#' As `future_lapply()` relays them: what `FUN` writes to the standard output
+#' (`cat()`, `print()`) is captured in the workers and written here, then the
+#' messages, warnings and other conditions `FUN` signalled are signalled here
+#' again, chunk by chunk in the order of the elements (within a chunk, its
+#' output first, then its conditions in the order they were signalled), so
+#' that `withCallingHandlers()`, `suppressWarnings()`, `suppressMessages()`
+#' and `capture.output()` around the call see them. Conditions of class
+#' `"immediateCondition"` (progressr's progress updates) are signalled as they
+#' come, while the call runs, whatever `.conditions` says. `.stdout = FALSE`
+#' drops the output; `.conditions` names the classes of the other conditions
+#' relayed (`character()` or `NULL`: none). When an element fails, what the
+#' elements up to it relayed comes before its error.
+#'
 #' @section Errors:
 #' The first error of `FUN` ends the call with a `pageshare_task_failed`
 #' condition naming the element, whose `parent` is the original condition.
@@ -36,6 +50,12 @@
 #' @param .progress `TRUE` to report progress through the progressr package
 #'   (one step per element, as chunks finish; wrap the call in
 #'   `progressr::with_progress()` or set `progressr::handlers(global = TRUE)`).
+#' @param .stdout `TRUE` (default) to write what `FUN` writes to its standard
+#'   output here, `FALSE` to drop it (see "Output and conditions"), as
+#'   future's `stdout`.
+#' @param .conditions The classes of the conditions of `FUN` signalled here
+#'   again, as future's `conditions`: `"condition"` (default) for all,
+#'   `character()` or `NULL` for none.
 #' @return A list of `length(X)` values, named as `X`.
 #' @seealso [shm_pool], [memLapply()]
 #' @examples
@@ -48,12 +68,13 @@
 #' identical(a, b)
 #' stop_workers()
 #' @export
-shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
+shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE, .stdout = TRUE, .conditions = "condition") {
   check_given("shm_map", c("X", "FUN"))
   FUN <- as_function(FUN)
   if (is.null(X)) X <- list()
   if (!(is.list(X) || is.atomic(X)) || is.environment(X)) pageshare_stop("map_x", describe_object(X))
   check_flag(.progress, ".progress")
+  check_relay(.stdout, .conditions, ".stdout", ".conditions")
   n <- length(X)
   nms <- names(X)
   seed <- map_seed(.seed)
@@ -62,6 +83,7 @@ shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE) {
   progress <- if (.progress) map_progressor(n)
   job <- pool_map(X, FUN, list(...), seed = seed, progress = progress)
   f <- job$failure
+  map_relay_emit(job, .stdout, .conditions)
   if (!is.null(f)) {
     if (identical(f$kind, "died")) {
       pageshare_stop("pool_worker_died", f$pid, describe_items("element", seq.int(f$info$from, f$info$to)),
@@ -104,6 +126,7 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
     msg <- list(op = "chunk", map = id, from = from, to = to, threshold = threshold, stage = if (first) stage)
     list(payload = serialize(msg, NULL, xdr = FALSE), info = list(from = from, to = to, pid = shm_pool$pids[slot]))
   }, on_reply = function(info, reply) {
+    if (!is.null(reply$relay)) job$relays[[length(job$relays) + 1L]] <- list(from = info$from, relay = reply$relay)
     if (identical(reply$status, "error")) {
       job$failure <- list(kind = "error", index = if (is.na(reply$index)) info$from else reply$index,
                           condition = reply$condition)
@@ -117,8 +140,22 @@ pool_map <- function(X, FUN, dots, seed = NULL, progress = NULL, slots = seq_alo
     .Call(ps_map_requeue, id, info$from, info$to)
   })
   job$out <- vector("list", n)
+  job$relays <- list()
   job$keep <- state$views   # (until the job and its pending items are gone)
   pool_drive(job)
+}
+
+# Emits what the map's chunks relayed (see relay_emit()), in the order of
+# their elements: up to the element that failed, or, when a worker died, up to
+# the chunk it was running.
+map_relay_emit <- function(job, stdout = TRUE, conditions = "condition") {
+  r <- job$relays
+  if (!length(r)) return(invisible())
+  f <- job$failure
+  upto <- if (is.null(f)) Inf else if (identical(f$kind, "died")) f$info$from - 1 else f$index
+  from <- vapply(r, function(x) x$from, 0)
+  for (k in order(from)) if (from[k] <= upto) relay_emit(r[[k]]$relay, stdout, conditions)
+  invisible()
 }
 
 element_label <- function(i, nms) {

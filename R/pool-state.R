@@ -137,7 +137,7 @@ pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
 # its name in `event`, its fields by name); returns its name.
 pool_on_event <- function(ev) {
   switch(ev$event,
-         reply = pool_on_reply(ev$what, ev$payload, ev$plain, ev$value),
+         reply = pool_on_reply(ev$what, ev$payload, ev$plain, ev$value, ev$relay),
          died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting),
          interrupted = pool_interrupted(),
          out_of_step = pageshare_stop("pool_out_of_step", ev$slot, format(ev$tag), format(ev$expected)),
@@ -153,6 +153,13 @@ pool_on_event <- function(ev) {
 pool_on_condition <- function(payload) {
   cond <- tryCatch(unserialize(payload), error = function(e) NULL)
   if (!inherits(cond, "condition")) return(invisible())
+  pool_signal(cond)
+}
+
+# Signals `cond` (a condition of a task) here as the task signalled it: a
+# message or a warning is shown as R shows its own unless a handler muffles
+# it; any other condition reaches the handlers around the caller.
+pool_signal <- function(cond) {
   withRestarts({
     if (inherits(cond, "message")) {
       message(cond)
@@ -166,8 +173,11 @@ pool_on_condition <- function(payload) {
 }
 
 # A reply's payload: R's serialization of the reply, or, with `value`, the
-# task's value in the wire's own encoding (see wire.rs).
-pool_on_reply <- function(what, payload, plain, value = FALSE) {
+# task's value in the wire's own encoding (see wire.rs). `relay`: NULL, or
+# what the task wrote to its standard output and the conditions it signalled
+# (list(stdout, conditions)), kept in the reply as `relay` for the door that
+# reads it (relay_emit()).
+pool_on_reply <- function(what, payload, plain, value = FALSE, relay = NULL) {
   if (plain) {
     # A plain reply (no handle inside) is read in one step; should that fail
     # (no memory), its task fails and the error goes on to the caller.
@@ -187,7 +197,30 @@ pool_on_reply <- function(what, payload, plain, value = FALSE) {
       r
     }, error = function(e) list(status = "error", index = NA_integer_, condition = e))
   }
+  if (!is.null(relay)) reply$relay <- relay
   pool_deliver(what, reply)
+}
+
+# Emits a task's relay (see pool_on_reply()) in the caller, as future's
+# value() does: first its standard output (when `stdout`), then its
+# conditions of the classes `conditions`, in the order the task signalled
+# them.
+relay_emit <- function(relay, stdout = TRUE, conditions = "condition") {
+  if (is.null(relay)) return(invisible())
+  if (isTRUE(stdout) && !is.null(relay$stdout)) cat(relay$stdout)
+  if (length(conditions)) {
+    for (cond in relay$conditions) if (inherits(cond, conditions)) pool_signal(cond)
+  }
+  invisible()
+}
+
+# The arguments of a door that say what of its tasks' output and conditions
+# it relays (named as future's `stdout` and `conditions`, with the door's
+# prefix): TRUE or FALSE, and NULL or a character vector of condition classes.
+check_relay <- function(stdout, conditions, stdout_arg, conditions_arg) {
+  check_flag(stdout, stdout_arg)
+  if (!is.null(conditions)) check_strings(conditions, conditions_arg, "NULL or a character vector of condition classes")
+  invisible()
 }
 
 # The reply of a message whose reply cannot be read (e.g. no memory for it).

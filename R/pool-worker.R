@@ -24,7 +24,9 @@
 # travels as shared data.
 # The reply is a serialized list(status = "ok", value) or
 # list(status = "error", index, condition); a plain call's reply may instead
-# be its value in the wire's own encoding (a flag of the reply says so).
+# be its value in the wire's own encoding (a flag of the reply says so). A
+# reply whose task wrote to its standard output or signalled conditions
+# carries them at its head (`Relay` in wire.rs, added in Rust).
 
 pool_worker_main <- function() {
   # (attached, as on the workers of a cluster passed to registerDoShm(): loop
@@ -55,13 +57,11 @@ pool_worker_main <- function() {
   }
   # One handler for many messages (setting one up per message would cost
   # more than a small task): after an error it is set up again. The error is
-  # the reply to the message being run (the last one received). Conditions
-  # meant to be seen at once (progressr's updates) go to the master as they
-  # are signalled.
+  # the reply to the message being run (the last one received). The other
+  # conditions of a task go to the caller as future relays them (see
+  # pool_worker_condition()).
   repeat {
-    done <- tryCatch(withCallingHandlers(serve(), immediateCondition = function(cond) {
-      pool_worker_relay(.Call(ps_pool_worker_running), cond)
-    }), error = function(e) {
+    done <- tryCatch(withCallingHandlers(serve(), condition = pool_worker_condition), error = function(e) {
       .Call(ps_task_state, FALSE)
       !pool_worker_reply(.Call(ps_pool_worker_running), pool_error_reply(NA_integer_, e))
     })
@@ -77,6 +77,41 @@ pool_worker_clean <- function(maps) {
   is.null(maps$id) && is.null(doshm_state$loop) && !isTRUE(worker_scope_open$open)
 }
 
+# A condition that the running task signalled and that no handler of its own
+# took: an error is the task's reply (the handler around the worker's loop);
+# a condition meant to be seen at once (class "immediateCondition", as
+# progressr's updates) goes to the master now; any other (a message, a
+# warning, a condition of its own class) is kept for the task's reply, with
+# what the task wrote to its standard output (src/rust/pageshare-r/src/relay.rs),
+# and muffled here. The caller signals it again when it reads the reply
+# (relay_emit() in R/pool-state.R).
+pool_worker_condition <- function(cond) {
+  if (inherits(cond, "error") || inherits(cond, "interrupt")) return(invisible())
+  if (inherits(cond, "immediateCondition")) {
+    return(pool_worker_relay(.Call(ps_pool_worker_running), cond))
+  }
+  kept <- .Call(ps_pool_worker_keep_condition, cond, pool_relay_condition_bytes)
+  if (is.na(kept)) {
+    # (a call that holds large values, such as the arguments of a call made
+    # with do.call(): the condition goes without its call)
+    cond$call <- NULL
+    kept <- .Call(ps_pool_worker_keep_condition, cond, Inf)
+  }
+  if (isTRUE(kept)) pool_worker_muffle(cond)
+  invisible()
+}
+
+# The most bytes a relayed condition takes with its call (see
+# pool_worker_condition()).
+pool_relay_condition_bytes <- 65536
+
+pool_worker_muffle <- function(cond) {
+  for (name in c("muffleProgression", "muffleMessage", "muffleWarning", "muffleCondition")) {
+    restart <- findRestart(name, cond)
+    if (!is.null(restart)) invokeRestart(restart)
+  }
+}
+
 # Sends a condition the running task signalled (an "immediateCondition", as
 # future calls those it relays at once: progressr's progress updates) to the
 # master, which signals it again in the caller (pool_on_condition()); here it
@@ -85,10 +120,7 @@ pool_worker_relay <- function(tag, cond) {
   bytes <- tryCatch(serialize(cond, NULL, xdr = FALSE), error = function(e) NULL)
   if (is.null(bytes)) return(invisible())
   .Call(ps_pool_worker_reply, tag, bytes, FALSE, TRUE)
-  for (name in c("muffleProgression", "muffleMessage", "muffleWarning", "muffleCondition")) {
-    restart <- findRestart(name, cond)
-    if (!is.null(restart)) invokeRestart(restart)
-  }
+  pool_worker_muffle(cond)
 }
 
 # Sends a reply; FALSE when the pool is stopping. A reply holds handles only

@@ -21,6 +21,21 @@
 #' * [shm_map()] applies a function to every element of a vector or list on
 #'   all workers.
 #'
+#' @section Output and conditions:
+#' As future relays them: what `FUN` writes to the standard output (`cat()`,
+#' `print()`) is captured in the worker and written here by `shm_value()`,
+#' then the messages, warnings and other conditions `FUN` signalled are
+#' signalled here again, in their order, so that `withCallingHandlers()`,
+#' `suppressWarnings()`, `suppressMessages()` and `capture.output()` around
+#' `shm_value()` see them (each time it is called, as future's `value()`).
+#' Conditions of class `"immediateCondition"` (progressr's progress updates)
+#' are signalled here as the task signals them, while the caller waits,
+#' whatever `.conditions` says. `.stdout = FALSE` drops the output;
+#' `.conditions` names the classes of the other conditions relayed (default
+#' `"condition"`: all; `character()` or `NULL`: none). An error is not relayed as a condition: it is
+#' the task's error (below), raised after the output and conditions that
+#' came before it.
+#'
 #' @section Errors:
 #' An error in `FUN` is re-raised by `shm_value()` as a `pageshare_task_failed`
 #' condition whose `parent` is the original condition (so `conditionCall()`
@@ -34,6 +49,11 @@
 #'   stopped and a new one started.
 #' @param FUN A function (or the name of one).
 #' @param ... Arguments for `FUN`, evaluated in this session.
+#' @param .stdout `TRUE` (default) to write what `FUN` writes to its standard
+#'   output here, `FALSE` to drop it (see "Output and conditions").
+#' @param .conditions The classes of the conditions of `FUN` signalled here
+#'   again: `"condition"` (default) for all, `character()` or `NULL` for
+#'   none (see "Output and conditions").
 #' @param task A task returned by `shm_call()`.
 #' @param timeout `NULL` (wait as long as it takes) or the most seconds to
 #'   wait; a task with no value by then is a `pageshare_timeout` error, and
@@ -67,9 +87,14 @@ start_workers <- function(n = NULL) {
 
 #' @rdname shm_pool
 #' @export
-shm_call <- function(FUN, ...) {
+shm_call <- function(FUN, ..., .stdout = TRUE, .conditions = "condition") {
   if (missing(FUN)) pageshare_stop("missing_argument", "FUN", "shm_call", "shm_call")
   args <- list(...)
+  # (what the task relays, when not all: kept in the task for shm_value())
+  relay <- if (!missing(.stdout) || !missing(.conditions)) {
+    check_relay(.stdout, .conditions, ".stdout", ".conditions")
+    list(stdout = .stdout, conditions = .conditions)
+  }
   # (a closure among the arguments has the promises it reads forced on the
   # plain path too: see force_sent_promises())
   for (a in args) if (typeof(a) == "closure") {
@@ -78,7 +103,10 @@ shm_call <- function(FUN, ...) {
   }
   # (a plain call to a running pool is made and sent in one step, in Rust)
   task <- .Call(ps_pool_call_plain, FUN, args, shm_pool$pids, shm_pool$generation)
-  if (is.environment(task)) return(task)
+  if (is.environment(task)) {
+    if (!is.null(relay)) task$relay <- relay
+    return(task)
+  }
   if (identical(task, -2)) pool_interrupted()
   FUN <- as_function(FUN)
   pool_ensure()
@@ -102,6 +130,7 @@ shm_call <- function(FUN, ...) {
   task <- new.env(parent = emptyenv())
   # (the shared arguments stay referenced until the worker has its result)
   task$keep <- keep
+  task$relay <- relay
   task$generation <- shm_pool$generation
   class(task) <- "pageshare_task"
   task$tag <- pool_submit(payload, task, plain = !handles)
@@ -135,6 +164,9 @@ shm_value <- function(task, timeout = NULL) {
     }
   }
   reply <- task$reply
+  if (!is.null(reply$relay)) {
+    relay_emit(reply$relay, task$relay$stdout %||% TRUE, if (is.null(task$relay)) "condition" else task$relay$conditions)
+  }
   if (identical(reply$status, "died")) {
     pageshare_stop("pool_worker_died", reply$pid, sprintf("task %s", format(task$tag)), "shm_call()")
   }

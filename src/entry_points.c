@@ -47,6 +47,7 @@
   X(ps_pool_free_slot, 2) X(ps_pool_cancel, 1) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)      \
   X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \
   X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)                    \
+  X(ps_pool_worker_keep_condition, 2)                                                              \
   X(ps_plain_call, 3) X(ps_plain_message, 3) X(ps_pool_call_plain, 4) X(ps_pool_read_reply, 2)     \
   X(ps_pool_next_event_delivered, 2) X(ps_task_value_plain, 2) X(ps_pool_run_plain, 1)             \
   X(ps_pool_worker_serve, 1) X(ps_wire_value, 1) X(ps_wire_value_read, 1) X(ps_serialized_size, 1)             \

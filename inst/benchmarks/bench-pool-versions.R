@@ -30,6 +30,7 @@ sessions <- lapply(libs, function(lib) {
   s$run(function() {
     suppressPackageStartupMessages(library(pageshare))
     start_workers(2)
+    registerDoShm(cores = 2)
     # (the cases run here call glob(): see below)
     assign("glob", function(f) { environment(f) <- globalenv(); f }, envir = globalenv())
     invisible()
@@ -78,6 +79,16 @@ cases <- list(
   `map of 2000 x ~10 us (ms)` = function() {
     spin <- glob(function(i) { x <- 0; for (k in 1:120) x <- x + k; i })
     t0 <- Sys.time(); pageshare::shm_map(seq_len(2000), spin)
+    as.numeric(Sys.time() - t0, units = "secs") * 1e3
+  },
+  `foreach of 2000 x sqrt(i) on the pool (ms)` = function() {
+    `%dopar%` <- foreach::`%dopar%`
+    t0 <- Sys.time(); foreach::foreach(i = seq_len(2000)) %dopar% sqrt(i)
+    as.numeric(Sys.time() - t0, units = "secs") * 1e3
+  },
+  `memLapply of 200 x sum (ms)` = function() {
+    L <- as.list(seq_len(200))
+    t0 <- Sys.time(); pageshare::memLapply(L, sum)
     as.numeric(Sys.time() - t0, units = "secs") * 1e3
   },
   `8 MB there and back, the same vector, per call (ms)` = function() {

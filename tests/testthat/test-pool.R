@@ -35,8 +35,9 @@ test_that("the pool's events are named lists, by the wire's names", {
   # its fields by name
   t <- shm_call(function(n) as.numeric(seq_len(n)), 3e5)
   ev <- next_event(NA_real_, FALSE)
-  expect_named(ev, c("event", "what", "payload", "plain", "value"))
+  expect_named(ev, c("event", "what", "payload", "plain", "value", "relay"))
   expect_identical(ev$event, "reply")
+  expect_null(ev$relay)   # (the task wrote nothing and signalled nothing)
   expect_identical(ev$what, t)
   expect_false(ev$plain)
   expect_true(is.raw(ev$payload))

@@ -69,14 +69,14 @@ test_that("only the pool's wire module defines the codes of its messages and eve
   wire <- file.path(root, "src", "rust", "pageshare-pool", "src", "wire.rs")
   # (a flag bit of a tag, a version, or a code of a message or event)
   defines <- function(f) {
-    any(grepl("const +(RELEASE|PLAIN|CONDITION|SCAN|VALUE|FLAGS|WIRE_VERSION|PACKAGE_VERSION)\\b|<< *(59|6[0-3])\\b",
+    any(grepl("const +(RELEASE|PLAIN|CONDITION|SCAN|VALUE|RELAY|FLAGS|WIRE_VERSION|PACKAGE_VERSION)\\b|<< *(5[89]|6[0-3])\\b",
               readLines(f, warn = FALSE)))
   }
   expect_true(defines(wire))
   expect_identical(basename(Filter(defines, setdiff(rust, wire))), character(0))
   # (and the types of its messages, events and payloads)
   types <- function(f) {
-    any(grepl("(enum|struct) +(Event|EventKind|Kind|Status|Frame|PlainCall|Args|ValueKind|StringMark|ValueWriter|ValueReader|Value)\\b",
+    any(grepl("(enum|struct) +(Event|EventKind|Kind|Status|Frame|PlainCall|Args|ValueKind|StringMark|ValueWriter|ValueReader|Value|Relay)\\b",
               readLines(f, warn = FALSE)))
   }
   expect_true(types(wire))

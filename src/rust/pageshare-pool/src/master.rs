@@ -277,6 +277,7 @@ impl<W> Master<W> {
             plain,
             scan: self.scanned[slot] != released,
             value: false,
+            relay: false,
         };
         let tag = header.encode().map_err(|e| damaged("task", e))?;
         match self.pool.send(slot as u64, tag, bytes, Patience::default(), give_up) {
@@ -322,7 +323,9 @@ impl<W> Master<W> {
             return Ok(Event::Condition { payload });
         }
         Ok(match self.dispatch.answered(slot as usize, header.number) {
-            Ok(sent) => Event::Reply { what: sent.what, payload, plain: header.plain, value: header.value },
+            Ok(sent) => {
+                Event::Reply { what: sent.what, payload, plain: header.plain, value: header.value, relay: header.relay }
+            }
             Err(expected) => Event::OutOfStep { slot, number: header.number, expected },
         })
     }

@@ -12,7 +12,7 @@
 /// The version of this wire. A worker of another wire (or another build of
 /// the package) is refused at the handshake: messages change meaning between
 /// versions, and a stale worker would misread them silently.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// The version of the package this wire belongs to (the workspace's version,
 /// the R package's `Version:`), carried by the handshake.
@@ -112,8 +112,12 @@ pub const SCAN: u64 = 1 << 60;
 /// own encoding ([`ValueWriter`]), not R's serialization of the whole reply
 /// (worker to master).
 pub const VALUE: u64 = 1 << 59;
+/// A reply whose payload begins with what its task wrote to its standard
+/// output and the conditions it signalled ([`Relay`]), to be relayed in the
+/// caller; the reply itself follows (worker to master).
+pub const RELAY: u64 = 1 << 58;
 /// Every flag bit of a tag.
-pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN | VALUE;
+pub const FLAGS: u64 = RELEASE | PLAIN | CONDITION | SCAN | VALUE | RELAY;
 /// The largest message number: numbers travel to R as doubles, exact up to 2^53.
 pub const MAX_NUMBER: u64 = 1 << 53;
 
@@ -142,15 +146,17 @@ pub struct Header {
     pub scan: bool,
     /// [`VALUE`]: only in a plain reply.
     pub value: bool,
+    /// [`RELAY`]: only in a reply.
+    pub relay: bool,
 }
 
 impl Header {
     pub fn task(number: u64) -> Header {
-        Header { kind: Kind::Task, number, release: false, plain: false, scan: false, value: false }
+        Header { kind: Kind::Task, number, release: false, plain: false, scan: false, value: false, relay: false }
     }
 
     pub fn reply(number: u64, plain: bool) -> Header {
-        Header { kind: Kind::Reply, number, release: false, plain, scan: false, value: false }
+        Header { kind: Kind::Reply, number, release: false, plain, scan: false, value: false, relay: false }
     }
 
     /// A plain reply whose payload is the task's value ([`VALUE`]).
@@ -159,7 +165,7 @@ impl Header {
     }
 
     pub fn condition(number: u64) -> Header {
-        Header { kind: Kind::Condition, number, release: false, plain: false, scan: false, value: false }
+        Header { kind: Kind::Condition, number, release: false, plain: false, scan: false, value: false, relay: false }
     }
 
     /// The tag that carries this header; an error for a header no decoder
@@ -170,9 +176,9 @@ impl Header {
         }
         let bit = |on: bool, b: u64| if on { b } else { 0 };
         match self.kind {
-            Kind::Task if !self.value => {}
+            Kind::Task if !self.value && !self.relay => {}
             Kind::Reply if !self.release && !self.scan && (self.plain || !self.value) => {}
-            Kind::Condition if !self.release && !self.scan && !self.plain && !self.value => {}
+            Kind::Condition if !self.release && !self.scan && !self.plain && !self.value && !self.relay => {}
             _ => return Err(WireError("a flag its kind of message cannot have")),
         }
         Ok(self.number
@@ -180,12 +186,13 @@ impl Header {
             | bit(self.plain, PLAIN)
             | bit(self.scan, SCAN)
             | bit(self.value, VALUE)
+            | bit(self.relay, RELAY)
             | bit(self.kind == Kind::Condition, CONDITION))
     }
 
     /// The header of a message a worker received from its master.
     pub fn decode_task(tag: u64) -> Result<Header, WireError> {
-        if tag & (CONDITION | VALUE) != 0 {
+        if tag & (CONDITION | VALUE | RELAY) != 0 {
             return Err(WireError("a task with a flag only a worker sends"));
         }
         Ok(Header {
@@ -195,6 +202,7 @@ impl Header {
             plain: tag & PLAIN != 0,
             scan: tag & SCAN != 0,
             value: false,
+            relay: false,
         })
     }
 
@@ -205,14 +213,15 @@ impl Header {
         }
         let number = number(tag)?;
         if tag & CONDITION != 0 {
-            if tag & (PLAIN | VALUE) != 0 {
-                return Err(WireError("a condition that says it is plain"));
+            if tag & (PLAIN | VALUE | RELAY) != 0 {
+                return Err(WireError("a condition that says it is plain or a reply"));
             }
             return Ok(Header::condition(number));
         }
+        let relay = tag & RELAY != 0;
         match (tag & PLAIN != 0, tag & VALUE != 0) {
-            (_, false) => Ok(Header::reply(number, tag & PLAIN != 0)),
-            (true, true) => Ok(Header::value_reply(number)),
+            (_, false) => Ok(Header { relay, ..Header::reply(number, tag & PLAIN != 0) }),
+            (true, true) => Ok(Header { relay, ..Header::value_reply(number) }),
             (false, true) => Err(WireError("a value reply that is not plain")),
         }
     }
@@ -268,8 +277,9 @@ pub const TASK_FIELDS: [&str; 6] = ["tag", "payload", "release", "plain", "scan"
 pub enum Event<W> {
     /// A reply to the message kept with `what`; `plain`: it holds no handle;
     /// `value`: its payload is the task's value in this wire's encoding
-    /// ([`VALUE`]), else R's serialization of the reply.
-    Reply { what: W, payload: Vec<u8>, plain: bool, value: bool },
+    /// ([`VALUE`]), else R's serialization of the reply; `relay`: the payload
+    /// begins with the task's output and conditions ([`RELAY`], [`Relay`]).
+    Reply { what: W, payload: Vec<u8>, plain: bool, value: bool, relay: bool },
     /// The worker in `slot` (0-based), process `pid`, died. `begun`: the
     /// messages it had begun (they failed); `unread`: those it never read
     /// and that were not kept to go again (the kept ones wait again, first);
@@ -333,7 +343,7 @@ impl EventKind {
     /// The fields of the event as R is given it, `event` first, in order.
     pub fn fields(self) -> &'static [&'static str] {
         match self {
-            EventKind::Reply => &["event", "what", "payload", "plain", "value"],
+            EventKind::Reply => &["event", "what", "payload", "plain", "value", "relay"],
             EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting"],
             EventKind::OutOfStep => &["event", "slot", "tag", "expected"],
             EventKind::Condition => &["event", "payload"],
@@ -634,6 +644,62 @@ impl Value {
 }
 
 // ---------------------------------------------------------------------------
+// A relay: what a task wrote to its standard output and the conditions it
+// signalled (other than errors and those relayed at once), at the head of its
+// reply's payload when the reply's tag has RELAY. The output's length (u64)
+// and bytes, the number of conditions (u64), then each condition's length
+// (u64) and bytes (R's serialization of the condition, made by R's
+// serializer). The reply's own payload follows.
+
+/// The fields of a relay as R is given it (the field `relay` of a reply event).
+pub const RELAY_FIELDS: [&str; 2] = ["stdout", "conditions"];
+
+/// A task's output and conditions, as the master reads them off a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay<'a> {
+    pub stdout: &'a [u8],
+    pub conditions: Vec<&'a [u8]>,
+}
+
+impl<'a> Relay<'a> {
+    /// Writes a relay of `stdout` and `conditions` to `out`.
+    pub fn write<C: AsRef<[u8]>>(out: &mut Vec<u8>, stdout: &[u8], conditions: &[C]) {
+        out.extend_from_slice(&(stdout.len() as u64).to_ne_bytes());
+        out.extend_from_slice(stdout);
+        out.extend_from_slice(&(conditions.len() as u64).to_ne_bytes());
+        for c in conditions {
+            let c = c.as_ref();
+            out.extend_from_slice(&(c.len() as u64).to_ne_bytes());
+            out.extend_from_slice(c);
+        }
+    }
+
+    /// The relay at the head of `payload`, and the reply's bytes after it.
+    pub fn split(payload: &'a [u8]) -> Result<(Relay<'a>, &'a [u8]), WireError> {
+        let mut r = ValueReader::new(payload);
+        let len =
+            |r: &mut ValueReader<'a>| usize::try_from(r.u64()?).map_err(|_| WireError("a relay's length out of range"));
+        let n = len(&mut r)?;
+        let stdout = r.take(n)?;
+        let count = len(&mut r)?;
+        // (each condition takes at least its length's 8 bytes)
+        if count > r.left() / 8 {
+            return Err(WireError("a relay with more conditions than its bytes"));
+        }
+        let mut conditions = Vec::with_capacity(count);
+        for _ in 0..count {
+            let n = len(&mut r)?;
+            conditions.push(r.take(n)?);
+        }
+        Ok((Relay { stdout, conditions }, &payload[r.at..]))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stdout.is_empty() && self.conditions.is_empty()
+    }
+}
+
+// ---------------------------------------------------------------------------
 // A plain call: the payload of a task with PLAIN. The function's bytes (R's
 // serialization, made by R's serializer), the master's threshold, and the
 // arguments: a list of values and their names (`Null` or a character vector)
@@ -809,6 +875,36 @@ mod tests {
         assert!(PlainCall::decode(&out[..10]).is_err());
     }
 
+    #[test]
+    fn relays_round_trip_and_reject_what_no_writer_writes() {
+        let mut out = Vec::new();
+        Relay::write(&mut out, b"hello\n", &[&b"w1"[..], &b""[..], &b"m2"[..]]);
+        out.extend_from_slice(b"reply");
+        let (relay, rest) = Relay::split(&out).unwrap();
+        assert_eq!(relay, Relay { stdout: b"hello\n", conditions: vec![&b"w1"[..], &b""[..], &b"m2"[..]] });
+        assert_eq!(rest, b"reply");
+        assert!(!relay.is_empty());
+        let mut empty = Vec::new();
+        Relay::write::<&[u8]>(&mut empty, b"", &[]);
+        assert_eq!(Relay::split(&empty).map(|(r, rest)| (r.is_empty(), rest.len())), Ok((true, 0)));
+        assert!(Relay::split(&out[..7]).is_err(), "short");
+        let mut many = Vec::new();
+        many.extend_from_slice(&0u64.to_ne_bytes());
+        many.extend_from_slice(&u64::MAX.to_ne_bytes());
+        assert!(Relay::split(&many).is_err(), "more conditions than bytes");
+        let mut long = Vec::new();
+        long.extend_from_slice(&u64::MAX.to_ne_bytes());
+        assert!(Relay::split(&long).is_err(), "output longer than its bytes");
+        // (a reply with a relay; a task or a condition never has one)
+        let r = Header { relay: true, ..Header::value_reply(4) };
+        assert_eq!(r.encode(), Ok(4 | PLAIN | VALUE | RELAY));
+        assert_eq!(Header::decode_from_worker(4 | PLAIN | VALUE | RELAY), Ok(r));
+        assert!(Header::decode_task(4 | RELAY).is_err());
+        assert!(Header::decode_from_worker(4 | CONDITION | RELAY).is_err());
+        assert!(Header { relay: true, ..Header::task(4) }.encode().is_err());
+        assert!(Header { relay: true, ..Header::condition(4) }.encode().is_err());
+    }
+
     fn arb_value() -> impl Strategy<Value = Value> {
         let mark = prop::sample::select(StringMark::ALL.to_vec());
         let atomic = (1usize..6, prop::collection::vec(any::<u8>(), 0..8)).prop_map(|(k, len)| {
@@ -837,8 +933,8 @@ mod tests {
         // Any tag is a header or an error, either way; one that decodes
         // encodes back to itself.
         #[test]
-        fn any_tag_is_a_header_or_an_error(tag in any::<u64>(), low in 0u64..4096, flags in 0u64..32) {
-            for tag in [tag, low | (flags << 59)] {
+        fn any_tag_is_a_header_or_an_error(tag in any::<u64>(), low in 0u64..4096, flags in 0u64..64) {
+            for tag in [tag, low | (flags << 58)] {
                 if let Ok(h) = Header::decode_task(tag) {
                     prop_assert_eq!(h.encode(), Ok(tag));
                 }
@@ -851,9 +947,9 @@ mod tests {
         // Every header that encodes decodes back to itself on its side.
         #[test]
         fn headers_that_encode_decode(number in 0u64..=MAX_NUMBER + 1, kind in 0u8..3,
-                                      release: bool, plain: bool, scan: bool, value: bool) {
+                                      release: bool, plain: bool, scan: bool, value: bool, relay: bool) {
             let kind = [Kind::Task, Kind::Reply, Kind::Condition][kind as usize];
-            let h = Header { kind, number, release, plain, scan, value };
+            let h = Header { kind, number, release, plain, scan, value, relay };
             if let Ok(tag) = h.encode() {
                 let back = if kind == Kind::Task { Header::decode_task(tag) } else { Header::decode_from_worker(tag) };
                 prop_assert_eq!(back, Ok(h));
@@ -870,6 +966,35 @@ mod tests {
                 prop_assert_eq!(&out, &bytes);
             }
             let _ = PlainCall::decode(&bytes);
+        }
+
+        // Any bytes are a relay and the rest, or an error, never a panic; a
+        // relay that decodes writes back to the bytes it was read from.
+        #[test]
+        fn any_bytes_are_a_relay_or_an_error(bytes in prop::collection::vec(any::<u8>(), 0..96)) {
+            if let Ok((relay, rest)) = Relay::split(&bytes) {
+                let mut out = Vec::new();
+                Relay::write(&mut out, relay.stdout, &relay.conditions);
+                out.extend_from_slice(rest);
+                prop_assert_eq!(&out, &bytes);
+            }
+        }
+
+        // A relay written, cut or changed anywhere, is a relay or an error.
+        #[test]
+        fn damaged_relays_are_relays_or_errors(stdout in prop::collection::vec(any::<u8>(), 0..24),
+                                               conditions in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..12), 0..4),
+                                               at in any::<prop::sample::Index>(), byte: u8) {
+            let mut out = Vec::new();
+            Relay::write(&mut out, &stdout, &conditions);
+            let (relay, rest) = Relay::split(&out).unwrap();
+            prop_assert_eq!(relay.stdout, &stdout[..]);
+            prop_assert_eq!(relay.conditions, conditions.iter().map(|c| &c[..]).collect::<Vec<_>>());
+            prop_assert!(rest.is_empty());
+            let i = at.index(out.len());
+            let _ = Relay::split(&out[..i]);
+            out[i] = byte;
+            let _ = Relay::split(&out);
         }
 
         // Bytes of a value, cut or changed anywhere, are a value or an error.

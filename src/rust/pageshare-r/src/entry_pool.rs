@@ -199,6 +199,9 @@ pub fn receive_task() -> Result<Option<Header>, RError> {
             let h = Header::decode_task(tag)
                 .map_err(|e| RError::system(format!("the pool's task ring is damaged: {e}")))?;
             RUNNING.store(h.number, Ordering::Relaxed);
+            // (what tasks write is relayed with their replies, from the first
+            // task on: what the worker's start-up wrote goes nowhere, as before)
+            crate::relay::catch_stdout();
             Ok(Some(h))
         }
         Err(RingError::Stopped(_)) => Ok(None),
@@ -230,9 +233,12 @@ pub fn task_list(h: &Header, payload: &[u8], shared: SEXP) -> Result<SEXP, RErro
 }
 
 /// A worker: sends `bytes` with `header` to the master; false if the ring
-/// is closed (the pool is stopping).
-pub fn send_to_master(header: Header, bytes: &[u8]) -> Result<bool, RError> {
+/// is closed (the pool is stopping). A reply carries its task's output and
+/// conditions, if any (relay.rs).
+pub fn send_to_master(mut header: Header, bytes: &[u8]) -> Result<bool, RError> {
     let c = worker()?;
+    let relayed = crate::relay::attach(&mut header, bytes);
+    let bytes = relayed.as_deref().unwrap_or(bytes);
     let tag = header.encode().map_err(|e| RError::argument(format!("not a reply of the pool: {e}")))?;
     match c.region.results(c.slot).send(tag, bytes, Patience::default(), &mut || None) {
         Ok(()) => Ok(true),

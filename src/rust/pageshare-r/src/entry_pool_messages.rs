@@ -13,8 +13,9 @@ use crate::r_calls::{as_real, raw_vec, scalar_integer, scalar_logical, scalar_re
 use crate::r_sys::*;
 use crate::wire_r;
 use pageshare_pool::dispatch::{FreeSlot, Place};
+use pageshare_pool::master::Damaged;
 use pageshare_pool::master::Submitted;
-use pageshare_pool::wire::{Event, EventKind};
+use pageshare_pool::wire::{Event, EventKind, Relay};
 use std::time::{Duration, Instant};
 
 const NA_INT: i32 = i32::MIN;
@@ -162,7 +163,9 @@ pub fn give_back(mut payload: Vec<u8>) {
 
 /// An event as R is given it, a named list `list(event = <name>, <fields>)`
 /// (wire_r.rs), with the objects R kept with its messages (no longer kept):
-/// - "reply" (`what`, `payload`, `plain`, `value`), with what R gave its message;
+/// - "reply" (`what`, `payload`, `plain`, `value`, `relay`), with what R gave
+///   its message; `relay` is NULL, or the task's output and conditions
+///   (relay.rs), split off the head of the payload;
 /// - "died" (`slot`, `pid`, `begun`, `unread`, `waiting`): `begun` and
 ///   `unread` are lists of the whats of the messages it had begun and of
 ///   those it never read and that were not kept;
@@ -172,15 +175,23 @@ pub fn give_back(mut payload: Vec<u8>) {
 pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
     let mut scope = Protect::new();
     match ev {
-        Event::Reply { what, payload, plain, value } => {
+        Event::Reply { what, payload, plain, value, relay } => {
             let out = (|| {
                 let what = scope.protect(crate::r_store::take(what))?;
-                let raw = scope.protect(raw_vec(&payload)?)?;
+                let (relayed, rest) = if relay {
+                    let (r, rest) =
+                        Relay::split(&payload).map_err(|e| damaged(Damaged(format!("a reply's relay: {e}"))))?;
+                    (scope.protect(crate::relay::relay_to_r(&r)?)?, rest)
+                } else {
+                    (nil(), &payload[..])
+                };
+                let raw = scope.protect(raw_vec(rest)?)?;
                 let items = [
                     what,
                     raw,
                     scope.protect(scalar_logical(plain as i32)?)?,
                     scope.protect(scalar_logical(value as i32)?)?,
+                    relayed,
                 ];
                 wire_r::event(EventKind::Reply, &items)
             })();

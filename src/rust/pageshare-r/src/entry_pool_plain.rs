@@ -354,12 +354,14 @@ fn unreadable_reply() -> Result<SEXP, RError> {
 /// goes on to the caller, and the task fails. None: "delivered".
 fn next_event_delivered(timeout: SEXP, idle: SEXP) -> Result<Option<SEXP>, RError> {
     let ev = crate::entry_pool_messages::next_event(timeout, idle)?;
-    let Event::Reply { what, payload, plain: true, value } = ev else {
+    // (a reply with its task's output or conditions goes to R, which relays them)
+    let Event::Reply { what, payload, plain: true, value, relay: false } = ev else {
         return crate::entry_pool_messages::event_to_r(ev).map(Some);
     };
     // SAFETY: reading the type of a kept object.
     if unsafe { TYPEOF(crate::r_store::peek(what)) } != SEXPTYPE::ENVSXP {
-        return crate::entry_pool_messages::event_to_r(Event::Reply { what, payload, plain: true, value }).map(Some);
+        let ev = Event::Reply { what, payload, plain: true, value, relay: false };
+        return crate::entry_pool_messages::event_to_r(ev).map(Some);
     }
     let mut scope = Protect::new();
     let task = scope.protect(crate::r_store::take(what))?;

@@ -25,6 +25,7 @@ pub mod r_calls;
 pub mod r_serialize;
 pub mod r_store;
 pub mod r_sys;
+pub mod relay;
 pub mod run_iterations;
 pub mod share_pipeline;
 pub mod source_pages;

@@ -1,5 +1,6 @@
 //! Memory files (memfd) and their seals, where their descriptors go, the
-//! limit on open files, locks, and opening another process's memfd.
+//! limit on open files, locks (and who holds one), opening another process's
+//! memfd, and a process's standard output caught in a memfd.
 
 use crate::error::{Error, Result};
 use rustix::fs::{FlockOperation, SealFlags};
@@ -281,5 +282,74 @@ mod lock_holder_tests {
         fn any_text_as_proc_locks_gives_an_answer(text in "[ -~\n]{0,300}", id in "[0-9a-f:]{0,12}") {
             let _ = flock_holder_in(&text, &id);
         }
+    }
+}
+
+/// This process's standard output (descriptor 1), caught in a memory file:
+/// what is written there stays in the file until [`StdoutCatch::take`]
+/// takes it. A pool's worker relays its task's output this way: a task that
+/// writes nothing costs one `lseek()`.
+pub struct StdoutCatch {
+    file: File,
+}
+
+impl StdoutCatch {
+    /// Makes descriptor 1 a new memory file (what was there before is
+    /// closed: a worker's standard output goes nowhere else).
+    pub fn start() -> std::io::Result<StdoutCatch> {
+        use rustix::fs::MemfdFlags;
+        let fd = rustix::fs::memfd_create(c"pageshare-stdout", MemfdFlags::CLOEXEC)?;
+        rustix::stdio::dup2_stdout(&fd)?;
+        Ok(StdoutCatch { file: File::from(fd) })
+    }
+
+    /// The bytes written since the last take (the file is emptied), or
+    /// nothing at one `lseek()`'s cost when none were. (The file and
+    /// descriptor 1 share one file offset: the offset is what was written.)
+    pub fn take(&self) -> std::io::Result<Vec<u8>> {
+        use std::io::{Seek, SeekFrom};
+        use std::os::unix::fs::FileExt;
+        let mut f = &self.file;
+        let written = f.stream_position()?;
+        if written == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0u8; usize::try_from(written).unwrap_or(usize::MAX)];
+        let n = f.read_at(&mut out, 0)?;
+        out.truncate(n);
+        f.set_len(0)?;
+        f.seek(SeekFrom::Start(0))?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod stdout_catch_tests {
+    // (fork: the catch replaces the test process's own standard output)
+    #[test]
+    fn a_child_catches_what_it_writes_and_takes_it_once() {
+        // SAFETY: fork in a test; the child only makes system calls and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let ok = (|| {
+                let c = super::StdoutCatch::start().ok()?;
+                if !c.take().ok()?.is_empty() {
+                    return None;
+                }
+                rustix::io::write(rustix::stdio::stdout(), b"hello\n").ok()?;
+                let first = c.take().ok()?;
+                let second = c.take().ok()?;
+                rustix::io::write(rustix::stdio::stdout(), b"again").ok()?;
+                let third = c.take().ok()?;
+                Some(first == b"hello\n" && second.is_empty() && third == b"again")
+            })();
+            // SAFETY: ending the forked child at once.
+            unsafe { libc::_exit(if ok == Some(true) { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
     }
 }
