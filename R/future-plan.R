@@ -160,27 +160,25 @@ attr(shm_multisession, "cleanup") <- function() {
   invisible()
 }
 
-# future >= 1.40 (FutureBackend API): future() creates a plain Future and run()
-# gives it the backend's futureClasses before launchFuture(), so the run()
-# method (future-methods-legacy.R) never runs there; launchFuture()
-# (future-methods.R) does the same work.
-# future 1.31 never reads this attribute.
+# future >= 1.40 (FutureBackend API): the plan's backend runs its futures on
+# pageshare's own pool (future-pool.R), one pool per session sized by
+# `workers`; future 1.31 never reads this attribute.
 attr(shm_multisession, "factory") <- function(workers = pageshare:::default_worker_count(),
                                               rscript_libs = .libPaths(), rscript_args = NULL, ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
+  check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
+  if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
   # (future.globals.maxSize is left alone: from future 1.40 on, a backend has
   # its own limit, maxSizeOfObjects; see validateFutureGlobals() in
   # future-methods.R)
-  core <- nodelay_sockets(
-    future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs,
-                                               rscript_args = worker_heap_args(rscript_args), ...))
-  if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
-  core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
-  class(core) <- c("ShmMultisessionFutureBackend", class(core))
-  core
+  if (workers == 1L && !inherits(workers, "AsIs")) {
+    args <- list(...)
+    return(do.call(future_export("SequentialFutureBackend"), args[intersect(names(args), future_pool_backend_args)]))
+  }
+  shm_pool_future_backend(workers, rscript_libs, rscript_args, ...)
 }
 
 # An exported function of the installed future that exists only in some of its
