@@ -148,8 +148,12 @@ future_pool_evaluate <- function(data, threshold) {
 future_pool_relay <- function(cond) {
   bytes <- tryCatch(serialize(cond, NULL, xdr = FALSE), error = function(e) NULL)
   if (!is.null(bytes)) .Call(ps_pool_worker_reply, .Call(ps_pool_worker_running), bytes, FALSE, TRUE)
+  # (future muffles it next; one signalled without a muffle restart goes on to
+  # the worker loop's own relay, pool_worker_main(), which must not send it again)
+  future_relayed$cond <- cond
   TRUE
 }
+future_relayed <- new.env(parent = emptyenv())
 
 getFutureBackendConfigs.ShmPoolFuture <- function(future, ...) {
   classes <- future[["conditions"]]
