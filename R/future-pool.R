@@ -51,7 +51,8 @@ shm_pool_future_backend <- function(workers, rscript_libs, rscript_args, ...) {
 launchFuture.ShmPoolFutureBackend <- function(backend, future, ...) {
   reg <- backend[["reg"]]
   slot <- future_pool_slot(backend)
-  launch <- prepare_pool_launch(future, reg)
+  # (the fallback warning comes once per plan: sharing-rule.R)
+  launch <- prepare_pool_launch(future, paste(reg, backend[["uuid"]]))
   on.exit(launch(), add = TRUE)
   getFutureData <- foreign_internal("future", "getFutureData")
   data <- getFutureData(future, mc.cores = 1L)
@@ -230,8 +231,12 @@ future_pool_collect <- function(future) {
     future[["state"]] <- "failed"
   } else if (identical(status, "error") && inherits(reply$condition, "pageshare_error")) {
     # A handle the worker could not open: the future fails with that classed
-    # error, as if its expression had raised it (the worker lives on).
-    future[["result"]] <- future::FutureResult(conditions = list(list(condition = reply$condition, signaled = 0L)),
+    # error, as if its expression had raised it (the worker lives on), saying
+    # what to do (as check_received_handles() says it on other workers).
+    cond <- reply$condition
+    key <- if (inherits(cond, "pageshare_permission")) "received_handle_denied" else "received_handle"
+    cond$message <- sprintf(pageshare_messages[[key]], as.integer(future[["pageshare_pid"]]), 1L, conditionMessage(cond))
+    future[["result"]] <- future::FutureResult(conditions = list(list(condition = cond, signaled = 0L)),
                                                uuid = future[["uuid"]])
     future[["state"]] <- "finished"
   } else if (status %in% c("died", "lost")) {
