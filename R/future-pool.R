@@ -131,6 +131,13 @@ future_pool_slot <- function(backend) {
 future_pool_evaluate <- function(data, threshold) {
   evalFuture <- foreign_internal("future", "evalFuture")
   res <- evalFuture(data)
+  # future's evaluator empties the global environment for each future (as
+  # multisession's workers do): what shm_everywhere() set up there is run
+  # again for the calls that come after (pool-controls.R).
+  if (file.exists(Sys.getenv("PAGESHARE_POOL_SETUP", "/nonexistent"))) {
+    failed <- pool_worker_startup(new.env(parent = emptyenv()))
+    if (!is.null(failed)) warning(failed)
+  }
   if (!inherits(res, "FutureResult") || is.null(res[["value"]]) || !is.finite(threshold)) return(res)
   value <- worker_result(list(value = res[["value"]], visible = TRUE), threshold)
   if (inherits(value, "pageshare_result")) {
