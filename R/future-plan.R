@@ -96,10 +96,10 @@
 #' worker running `f` the same way. `rscript_libs` and `rscript_args` start
 #' the pool's workers (also those that replace dead ones) until the plan
 #' changes; further [parallelly::makeClusterPSOCK()] options have no meaning
-#' for the pool and are ignored. As on `multisession`'s workers, a future
-#' starts from an empty global environment: it does not see what
-#' [shm_everywhere()] assigned there (pass such values as globals), which is
-#' put back for the calls that come after it.
+#' for the pool and are ignored. What a future assigns in its worker's global
+#' environment is removed when it is done (`multisession` empties the global
+#' environment before each future); what [shm_everywhere()] set up there
+#' stays, and futures see it.
 #' On future < 1.40, futures run on `multisession`'s cluster with the
 #' treatment of globals and results described above.
 #' This package's tests pass with future 1.31 (Debian 12), 1.34 (Debian 13)

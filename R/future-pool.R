@@ -130,14 +130,16 @@ future_pool_slot <- function(backend) {
 # sharing (at least `threshold` bytes) comes back through shared memory.
 future_pool_evaluate <- function(data, threshold) {
   evalFuture <- foreign_internal("future", "evalFuture")
+  # What the future leaves in the worker's global environment goes with it
+  # (multisession's workers are emptied before each future); what
+  # shm_everywhere() set up there stays, for futures and calls alike.
+  genv <- globalenv()
+  before <- names(genv)
+  on.exit({
+    added <- setdiff(names(genv), c(before, ".Random.seed"))
+    if (length(added)) rm(list = added, envir = genv)
+  }, add = TRUE)
   res <- evalFuture(data)
-  # future's evaluator empties the global environment for each future (as
-  # multisession's workers do): what shm_everywhere() set up there is run
-  # again for the calls that come after (pool-controls.R).
-  if (file.exists(Sys.getenv("PAGESHARE_POOL_SETUP", "/nonexistent"))) {
-    failed <- pool_worker_startup(new.env(parent = emptyenv()))
-    if (!is.null(failed)) warning(failed)
-  }
   if (!inherits(res, "FutureResult") || is.null(res[["value"]]) || !is.finite(threshold)) return(res)
   value <- worker_result(list(value = res[["value"]], visible = TRUE), threshold)
   if (inherits(value, "pageshare_result")) {

@@ -226,9 +226,13 @@ pool_deliver <- function(what, reply) {
 # `waiting` with no live worker left get new workers now.
 pool_on_death <- function(slot, pid, begun, unread, waiting) {
   shm_pool$pids[slot] <- NA_integer_
-  for (what in unread) job_requeue(what$job, what$info)
+  # (a future's message goes to the worker it was sent to: R/future-pool.R;
+  # one that worker never began fails as if it had)
+  for (what in unread) {
+    if (is.environment(what)) pool_deliver(what, list(status = "died", pid = pid)) else job_requeue(what$job, what$info)
+  }
   for (what in begun) pool_deliver(what, list(status = "died", pid = pid))
-  if (!length(begun)) pageshare_warn("pool_worker_replaced", pid)
+  if (!length(begun) && !any(vapply(unread, is.environment, NA))) pageshare_warn("pool_worker_replaced", pid)
   if (waiting && all(is.na(shm_pool$pids))) pool_fill_vacancies()
 }
 

@@ -158,14 +158,15 @@ test_that("cancel() of a queued and of a running future; lazy futures; errors ke
   expect_identical(future::value(future::future(3)), 3)
 })
 
-test_that("a future starts from an empty global environment; shm_everywhere()'s set-up is back for later calls", {
+test_that("futures see shm_everywhere()'s set-up; what a future leaves in the global environment goes", {
   local_pool_plan(workers = I(1))
   on.exit(pageshare:::pool_forget_setup(), add = TRUE)
   shm_everywhere(NULL, setup_value = 41)
-  seen <- function() exists("setup_value", envir = globalenv(), inherits = FALSE)
-  expect_true(shm_value(shm_call(seen)))
-  # (future's evaluator empties the worker's global environment, as multisession's does)
-  expect_false(future::value(future::future(exists("setup_value", envir = globalenv(), inherits = FALSE))))
-  expect_true(shm_value(shm_call(seen)))
-  expect_identical(shm_value(shm_call(function() setup_value + 1)), 42)
+  seen <- function(name) exists(name, envir = globalenv(), inherits = FALSE)
+  expect_true(shm_value(shm_call(seen, "setup_value")))
+  expect_identical(future::value(future::future(get("setup_value", envir = globalenv()) + 1)), 42)
+  expect_identical(future::value(future::future({ left_over <<- 1; 2 })), 2)
+  expect_false(shm_value(shm_call(seen, "left_over")))
+  expect_false(future::value(future::future(exists("left_over", envir = globalenv(), inherits = FALSE))))
+  expect_true(shm_value(shm_call(seen, "setup_value")))
 })
