@@ -16,9 +16,10 @@ before_lib <- if (length(args) >= 3) args[3] else NA_character_
 
 time_calls <- function(n) {
   vapply(seq_len(n), function(i) {
-    t0 <- proc.time()[["elapsed"]]
+    # (Sys.time(): microseconds; proc.time() counts milliseconds)
+    t0 <- as.numeric(Sys.time())
     future::value(future::future(1))
-    proc.time()[["elapsed"]] - t0
+    as.numeric(Sys.time()) - t0
   }, numeric(1))
 }
 
@@ -27,8 +28,8 @@ before_round <- function(n) {
   code <- sprintf(paste0(
     "suppressPackageStartupMessages({library(future); library(pageshare, lib.loc = '%s')});",
     "plan(shm_multisession, workers = 2); invisible(value(future(1)));",
-    "t <- vapply(seq_len(%d), function(i) { t0 <- proc.time()[['elapsed']]; value(future(1));",
-    "proc.time()[['elapsed']] - t0 }, 0); plan(sequential); cat(t, sep = '\\n')"), before_lib, n)
+    "t <- vapply(seq_len(%d), function(i) { t0 <- as.numeric(Sys.time()); value(future(1));",
+    "as.numeric(Sys.time()) - t0 }, 0); plan(sequential); cat(t, sep = '\\n')"), before_lib, n)
   out <- system2(file.path(R.home("bin"), "Rscript"), c("-e", shQuote(code)), stdout = TRUE)
   suppressWarnings(as.numeric(out[!is.na(suppressWarnings(as.numeric(out)))]))
 }
@@ -47,8 +48,9 @@ for (r in seq_len(rounds)) {
   if (!is.na(before_lib)) times[["shm_multisession (before)"]] <- c(times[["shm_multisession (before)"]], before_round(calls))
 }
 seq_ms <- 1000 * median(times$sequential)
-cat(sprintf("R %s, future %s, pageshare %s; %d rounds x %d calls, medians\n", getRversion(),
-            packageVersion("future"), packageVersion("pageshare"), rounds, calls))
+cat(sprintf("R %s, future %s, pageshare %s; %d rounds x %d calls, medians; load average %s\n", getRversion(),
+            packageVersion("future"), packageVersion("pageshare"), rounds, calls,
+            paste(readLines("/proc/loadavg", warn = FALSE), collapse = " ")))
 for (name in names(times)) {
   ms <- 1000 * median(times[[name]])
   cat(sprintf("  %-28s %7.3f ms  %5.2f x sequential\n", name, ms, ms / seq_ms))
