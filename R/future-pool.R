@@ -253,7 +253,7 @@ future_pool_collect <- function(future) {
     pid <- reply$pid %||% future[["pageshare_pid"]]
     key <- if (state %in% c("canceled", "interrupted")) "future_worker_interrupted" else "future_worker_died"
     msg <- sprintf(pageshare_messages[[key]], future_label(future), class(future)[1], state, pid)
-    ex <- future::FutureInterruptError(msg, future = future)
+    ex <- future_export("FutureInterruptError")(msg, future = future)  # (future >= 1.40 only)
     class(ex) <- c(class(ex)[1L], "pageshare_worker_died", class(ex)[-1L])
     future[["result"]] <- ex
     future[["state"]] <- "interrupted"
