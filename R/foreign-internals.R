@@ -32,6 +32,10 @@ foreign_internals <- list(
        why = "future < 1.40 sizes globals this way; the size check of what is sent must count as future does"),
   list(package = "future", name = "asIEC",
        why = "future's own formatting of sizes in its globals-size error"),
+  list(package = "future", name = "getFutureData", since = "1.40.0",
+       why = "what a future sends to its worker, as future's own backends (and future.mirai) send it"),
+  list(package = "future", name = "evalFuture", since = "1.40.0",
+       why = "future's own evaluator, run by the pool's worker, as future's own backends (and future.mirai) run it"),
   list(package = "future", name = "ClusterRegistry", before = "1.40.0",
        why = paste("future < 1.40 keeps its multisession workers in this closure's `cluster`;",
                    "a dead worker is replaced there (future >= 1.40 does it itself)"))
@@ -48,19 +52,26 @@ foreign_fields <- list(
        fields = list(
          globals = list("read, written", "large globals are swapped for views around sending and put back"),
          expr = list("read, written", "the worker-side wrapper that returns large results through a segment"),
-         state = list("read", "a running future's socket is polled without future's own overhead"),
+         state = list("read, written", "a running future's socket is polled without future's own overhead; future >= 1.40: the pool backend sets it as future's own backends do"),
          result = list("read, written", "a result that arrives as a handle is adopted, then stored as future would"),
          owner = list("read", "a future of another session is left to future"),
-         node = list("read", "the worker a future runs on"),
+         node = list("read, written", "the worker a future runs on (future >= 1.40: the pool's slot, set at launch)"),
          workers = list("read, written", "future < 1.40: the cluster; a dead worker is replaced in it"),
          backend = list("read", "future >= 1.40: the backend holding the cluster"),
+         label = list("read", "future >= 1.40: named in the error of a future whose worker died"),
+         uuid = list("read", "future >= 1.40: the FutureResult of a future that could not open a handle"),
+         conditions = list("read", "future >= 1.40: the classes of immediate conditions relayed at once"),
+         pageshare_task = list("written, read", "pageshare's own field (future >= 1.40): the pool task of a future"),
+         pageshare_pid = list("written, read", "pageshare's own field (future >= 1.40): the worker a future runs on"),
          pageshare_views = list("written, read", "pageshare's own field: the views a future's launch shared"))),
-  list(package = "future", object = "a ClusterFutureBackend (future >= 1.40)",
+  list(package = "future", object = "a FutureBackend (future >= 1.40)",
        roots = c("backend", "core"), files = "future",
        checked = "not checked: set by future's ClusterFutureBackend()",
        fields = list(
-         workers = list("read", "the cluster, to check its workers can load pageshare"),
+         workers = list("read", "the cluster, to check its workers can load pageshare; the pool backend's number of workers"),
          reg = list("read", "the registry name of its futures"),
+         uuid = list("read", "the pool backend: which plan started the pool (the one to stop it)"),
+         interrupts = list("read", "the pool backend: whether cancel() may end a future's worker"),
          maxSizeOfObjects = list("read", "the backend's own globals-size limit"),
          futureClasses = list("read, written", "ShmMultisessionFuture is put first, so that its methods run"))),
   list(package = "future", object = "the environment of future:::ClusterRegistry (future < 1.40)",
@@ -198,7 +209,8 @@ foreign_internal <- function(package, name) {
 missing_foreign_internals <- function(package) {
   ns <- asNamespace(package)
   version <- utils::packageVersion(package)
-  used <- Filter(function(e) e$package == package && (is.null(e$before) || version < e$before),
+  used <- Filter(function(e) e$package == package && (is.null(e$before) || version < e$before) &&
+                   (is.null(e$since) || version >= e$since),
                  foreign_internals)
   names <- vapply(used, `[[`, "", "name")
   names[!vapply(names, exists, logical(1), envir = ns, mode = "function", inherits = FALSE)]

@@ -1,7 +1,7 @@
-# The methods future calls on a ShmMultisessionFuture and its backend, and
-# their registration: result() and resolved() (every future version),
-# launchFuture() and validateFutureGlobals() (future >= 1.40, FutureBackend
-# API). The run() method of future < 1.40 is in future-methods-legacy.R.
+# The methods future calls on a ShmMultisessionFuture (future < 1.40:
+# result() and resolved(); run() is in future-methods-legacy.R), the
+# validateFutureGlobals() method of the pool backend of future >= 1.40 (its
+# other methods are in future-pool.R), and their registration.
 
 result.ShmMultisessionFuture <- function(future, ...) {
   # Once result() returns or fails (e.g. the worker died), the worker will not
@@ -27,15 +27,7 @@ resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
   ans
 }
 
-# ---- future >= 1.40: the launchFuture() and validateFutureGlobals() methods --
-
-launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
-  check_workers_have_pageshare(backend[["workers"]], backend[["reg"]])
-  undo <- prepare_launch(future, backend[["reg"]])
-  on.exit(undo(), add = TRUE)
-  # (future restarts a dead worker when it needs a node: nodelay_sockets().)
-  nodelay_sockets(if (isTRUE(attr(undo, "shared"))) with_handles(NextMethod()) else NextMethod())
-}
+# ---- future >= 1.40: validateFutureGlobals() of the pool backend (future-pool.R) --
 
 # future >= 1.40 checks the globals' total size against the backend's own
 # limit (future.globals.maxSize when the plan was set, +Inf when unset)
@@ -45,7 +37,7 @@ launchFuture.ShmMultisessionFutureBackend <- function(backend, future, ...) {
 # the globals as they will be sent (shared here; launchFuture() then finds the
 # same segments in the identity cache), measured inside the handle scope. A
 # future still above it gets future's own error.
-validateFutureGlobals.ShmMultisessionFutureBackend <- function(backend, future, ...) {
+validateFutureGlobals.ShmPoolFutureBackend <- function(backend, future, ...) {
   if (is.infinite(backend[["maxSizeOfObjects"]])) return(NextMethod())
   orig <- future[["globals"]]
   shared <- share_globals(orig)
@@ -74,12 +66,7 @@ register_future_methods <- function(...) {
   registerS3method("run", "ShmMultisessionFuture", run.ShmMultisessionFuture, envir = ns)
   registerS3method("result", "ShmMultisessionFuture", result.ShmMultisessionFuture, envir = ns)
   registerS3method("resolved", "ShmMultisessionFuture", resolved.ShmMultisessionFuture, envir = ns)
-  if (exists("launchFuture", envir = ns, inherits = FALSE)) { # future >= 1.40
-    registerS3method("launchFuture", "ShmMultisessionFutureBackend",
-                     launchFuture.ShmMultisessionFutureBackend, envir = ns)
-    registerS3method("validateFutureGlobals", "ShmMultisessionFutureBackend",
-                     validateFutureGlobals.ShmMultisessionFutureBackend, envir = ns)
-  }
+  if (exists("launchFuture", envir = ns, inherits = FALSE)) register_future_pool_methods(ns) # future >= 1.40
   invisible()
 }
 

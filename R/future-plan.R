@@ -77,18 +77,39 @@
 #' `pageshare_bad_argument` for a bad `workers`; the warning
 #' `pageshare_fallback` when a global went by plain serialization.
 #'
-#' @section future >= 1.40:
+#' @section future >= 1.40: pageshare's own pool:
 #' The function also carries a `"factory"` attribute for the `FutureBackend`
-#' API of future 1.40 and later: a `MultisessionFutureBackend` whose futures
-#' get the same treatment of globals and results in `launchFuture()`.
+#' API of future 1.40 and later. There the futures run on pageshare's own
+#' worker pool (see [shm_pool]), the pool [shm_call()], [shm_map()],
+#' [registerDoShm()] and [memApply()] use: one pool per session, started with
+#' `workers` workers when the plan is set (a pool of another size is
+#' restarted) and stopped when the plan changes. Futures and results travel on
+#' the pool's rings in shared memory instead of sockets (no R connection per
+#' worker), and each worker evaluates its futures with future's own evaluator,
+#' so standard output, conditions, immediate conditions (progressr updates,
+#' relayed while the future runs), RNG checks and globals behave as under
+#' `multisession`. `n` futures in flight run on `n` distinct workers.
+#' A worker that dies while running a future (killed, crashed, out of memory)
+#' gives future's `FutureInterruptError` (also of class
+#' `pageshare_worker_died`), as `multisession` does, and a new worker takes
+#' its place for the next future; `cancel(f, interrupt = TRUE)` ends the
+#' worker running `f` the same way. `rscript_libs` and `rscript_args` start
+#' the pool's workers (also those that replace dead ones) until the plan
+#' changes; further [parallelly::makeClusterPSOCK()] options have no meaning
+#' for the pool and are ignored. What a future assigns in its worker's global
+#' environment is removed when it is done (`multisession` empties the global
+#' environment before each future); what [shm_everywhere()] set up there
+#' stays, and futures see it.
+#' On future < 1.40, futures run on `multisession`'s cluster with the
+#' treatment of globals and results described above.
 #' This package's tests pass with future 1.31 (Debian 12), 1.34 (Debian 13)
-#' and 1.75 (Debian unstable); future.tests 1.0.0 gave the same results as for
-#' `multisession` with future 1.70.
+#' and 1.75 (Debian unstable).
 #'
 #' @param ... Further arguments passed on as to [future::multisession()]
 #'   (for example `rscript_startup`).
 #' @param workers Number of background R sessions (or a function returning
-#'   it), as for [future::multisession()]. The default is the number of
+#'   it), as for [future::multisession()] (on future >= 1.40: the size of
+#'   pageshare's pool, which is not bound by R's connections). The default is the number of
 #'   available cores (`parallelly::availableCores()`, or the machine's count
 #'   where that fails), but at most the number of free connections less 16
 #'   (each worker holds a connection; R has 128), as multisession does from
@@ -160,27 +181,25 @@ attr(shm_multisession, "cleanup") <- function() {
   invisible()
 }
 
-# future >= 1.40 (FutureBackend API): future() creates a plain Future and run()
-# gives it the backend's futureClasses before launchFuture(), so the run()
-# method (future-methods-legacy.R) never runs there; launchFuture()
-# (future-methods.R) does the same work.
-# future 1.31 never reads this attribute.
+# future >= 1.40 (FutureBackend API): the plan's backend runs its futures on
+# pageshare's own pool (future-pool.R), one pool per session sized by
+# `workers`; future 1.31 never reads this attribute.
 attr(shm_multisession, "factory") <- function(workers = pageshare::default_worker_count(),
                                               rscript_libs = .libPaths(), rscript_args = NULL, ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
   # function's formals on); they are no backend fields.
   workers <- check_future_workers(workers)
+  check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
+  if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
   # (future.globals.maxSize is left alone: from future 1.40 on, a backend has
   # its own limit, maxSizeOfObjects; see validateFutureGlobals() in
   # future-methods.R)
-  core <- nodelay_sockets(
-    future_export("MultisessionFutureBackend")(workers = workers, rscript_libs = rscript_libs,
-                                               rscript_args = worker_heap_args(rscript_args), ...))
-  if (!inherits(core, "ClusterFutureBackend")) return(core) # workers == 1: sequential
-  core[["futureClasses"]] <- c("ShmMultisessionFuture", core[["futureClasses"]])
-  class(core) <- c("ShmMultisessionFutureBackend", class(core))
-  core
+  if (workers == 1L && !inherits(workers, "AsIs")) {
+    args <- list(...)
+    return(do.call(future_export("SequentialFutureBackend"), args[intersect(names(args), future_pool_backend_args)]))
+  }
+  shm_pool_future_backend(workers, rscript_libs, rscript_args, ...)
 }
 
 # An exported function of the installed future that exists only in some of its

@@ -72,7 +72,10 @@ pageshare_messages <- list(
   not_environment = "`%s` must be an environment, not %s",
   not_strings = "`%s` must be %s, not %s",
   plan_called_directly = "shm_multisession() is a plan for future: set it with future::plan(shm_multisession) instead of calling it (future %s sets its plans up itself)",
-  future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)"
+  future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)",
+  future_worker_died = "Future (%s) of class %s failed for unknown reason while %s on 'localhost' (pid %s): the worker process of pageshare's pool died (killed, crashed, or ended by the out-of-memory killer); a new worker takes its place for the next future",
+  future_worker_interrupted = "Future (%s) of class %s was %s while running on 'localhost' (pid %s): its worker process of pageshare's pool was ended; a new worker takes its place for the next future",
+  future_pool_failed = "Future (%s) could not be run on pageshare's pool: %s"
 )
 
 # The kind of each message (the condition class is "pageshare_<kind>").

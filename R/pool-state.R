@@ -43,11 +43,16 @@ pool_worker_count <- function(n, arg) {
   as.integer(n)
 }
 
+# The workers' library paths and further Rscript options are this session's
+# .libPaths() and none, unless plan(shm_multisession) set them
+# (`rscript_libs`, `rscript_args`; pool_set_worker_options()): then they hold
+# for every start of this pool, also restarts after an interrupt and workers
+# that replace dead ones, until stop_workers().
 pool_start <- function(n) {
   pool_stop()
   rscript <- file.path(R.home("bin"), "Rscript")
-  args <- worker_heap_args(c("--no-echo", "--no-restore", "-e", "pageshare:::pool_worker_main()"))
-  libs <- paste(.libPaths(), collapse = .Platform$path.sep)
+  args <- worker_heap_args(c(shm_pool$rscript_args, "--no-echo", "--no-restore", "-e", "pageshare:::pool_worker_main()"))
+  libs <- paste(shm_pool$rscript_libs %||% .libPaths(), collapse = .Platform$path.sep)
   limits <- as.numeric(c(pool_depth, default_cores(), pool_spin_microseconds))
   # (PAGESHARE_POOL_SETUP: the set-up calls a worker runs first, see pool_keep_setup())
   pids <- .Call(ps_pool_start, n, rscript, args, c("R_LIBS", "TMPDIR", "PAGESHARE_POOL_SETUP"),
@@ -73,6 +78,16 @@ pool_stop <- function() {
   shm_pool$pids <- NULL
   shm_pool$generation <- (shm_pool$generation %||% 0) + 1
   invisible(was)
+}
+
+# Sets the worker options of pool_start() (NULL: the defaults); TRUE when
+# they differ from those the running pool (if any) was started with.
+pool_set_worker_options <- function(rscript_libs = NULL, rscript_args = NULL) {
+  libs <- if (is.null(rscript_libs)) NULL else unique(rscript_libs[rscript_libs != "*"])
+  changed <- !identical(libs, shm_pool$rscript_libs) || !identical(rscript_args, shm_pool$rscript_args)
+  shm_pool$rscript_libs <- libs
+  shm_pool$rscript_args <- rscript_args
+  changed
 }
 
 # The first `n` slots of the pool, started (or restarted larger) as needed.
@@ -244,11 +259,17 @@ pool_deliver <- function(what, reply) {
 # `waiting` with no live worker left get new workers now.
 pool_on_death <- function(slot, pid, begun, unread, waiting) {
   shm_pool$pids[slot] <- NA_integer_
-  for (what in unread) job_requeue(what$job, what$info)
+  # (a future's message goes to the worker it was sent to: R/future-pool.R;
+  # one that worker never began fails as if it had)
+  for (what in unread) {
+    if (is.environment(what)) pool_deliver(what, list(status = "died", pid = pid)) else job_requeue(what$job, what$info)
+  }
   for (what in begun) pool_deliver(what, list(status = "died", pid = pid))
   cancelled <- pid %in% shm_pool$cancelled_pids   # (ended by shm_cancel())
   shm_pool$cancelled_pids <- setdiff(shm_pool$cancelled_pids, pid)
-  if (!length(begun) && !cancelled) pageshare_warn("pool_worker_replaced", pid)
+  if (!length(begun) && !cancelled && !any(vapply(unread, is.environment, NA))) {
+    pageshare_warn("pool_worker_replaced", pid)
+  }
   if (waiting && all(is.na(shm_pool$pids))) pool_fill_vacancies()
 }
 

@@ -117,6 +117,11 @@ pool_worker_muffle <- function(cond) {
 # master, which signals it again in the caller (pool_on_condition()); here it
 # is then muffled. One that cannot be serialized stays here.
 pool_worker_relay <- function(tag, cond) {
+  # (a future's condition that future's handler relayed already: future-pool.R)
+  if (!is.null(future_relayed$cond) && identical(future_relayed$cond, cond)) {
+    future_relayed$cond <- NULL
+    return(invisible())
+  }
   bytes <- tryCatch(serialize(cond, NULL, xdr = FALSE), error = function(e) NULL)
   if (is.null(bytes)) return(invisible())
   .Call(ps_pool_worker_reply, tag, bytes, FALSE, TRUE)

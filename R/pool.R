@@ -207,5 +207,6 @@ plain_call <- function(FUN, args, threshold) .Call(ps_plain_call, environment(FU
 #' @export
 stop_workers <- function() {
   pool_forget_setup()
+  pool_set_worker_options()
   invisible(isTRUE(tryCatch(pool_stop(), error = function(e) FALSE)))
 }

@@ -14,14 +14,18 @@ watchdog_master <- function(dir, libs) {
     library(future)
     library(foreach)
   })
-  plan(shm_multisession, workers = I(1L))
+  # (future >= 1.40: futures run on pageshare's pool, the pool registerDoShm()
+  # uses, so it needs a worker for each; before, the future's worker is
+  # multisession's)
+  pool <- packageVersion("future") >= "1.40.0"
+  plan(shm_multisession, workers = I(if (pool) 2L else 1L))
   future_pid <- value(future(Sys.getpid()))
   future_started <- file.path(dir, "future-started")
   f <- future({
     writeLines("", future_started)
     Sys.sleep(60)
   })
-  registerDoShm(cores = 1L)
+  registerDoShm(cores = if (pool) 2L else 1L)
   pool_pid <- foreach(i = 1L) %dopar% Sys.getpid()
   writeLines(format(c(Sys.getpid(), future_pid, pool_pid[[1L]])), file.path(dir, "pids.tmp"))
   file.rename(file.path(dir, "pids.tmp"), file.path(dir, "pids"))

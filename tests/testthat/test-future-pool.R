@@ -1,0 +1,172 @@
+# plan(shm_multisession) on future >= 1.40: futures run on pageshare's own
+# pool (R/future-pool.R). Every test ends with plan(sequential) and no worker.
+
+skip_if_not_installed("future")
+skip_on_os(c("windows", "mac", "solaris"))
+skip_if(packageVersion("future") < "1.40.0",
+        "future < 1.40 has no FutureBackend API: shm_multisession runs on multisession's cluster there")
+
+alive <- function(pid) file.exists(sprintf("/proc/%d", pid)) &&
+  !grepl("^State:\\s+Z", grep("^State:", readLines(sprintf("/proc/%d/status", pid)), value = TRUE))
+
+wait_gone <- function(pids, seconds = 10) {
+  deadline <- Sys.time() + seconds
+  while (any(vapply(pids, alive, NA)) && Sys.time() < deadline) Sys.sleep(0.05)
+  !any(vapply(pids, alive, NA))
+}
+
+local_pool_plan <- function(..., env = parent.frame()) {
+  future::plan(pageshare::shm_multisession, ...)
+  do.call(base::on.exit, list(quote(future::plan(future::sequential)), add = TRUE), envir = env)
+  invisible()
+}
+
+test_that("futures run on the pool's workers, the pool shm_call() uses, sized by the plan", {
+  local_pool_plan(workers = I(3))
+  expect_length(pageshare:::shm_pool$pids, 3L)
+  expect_identical(future::nbrOfWorkers(), 3L)
+  expect_identical(future::nbrOfFreeWorkers(), 3L)
+  pid <- future::value(future::future(Sys.getpid()))
+  expect_true(pid %in% pageshare:::shm_pool$pids)
+  expect_true(shm_value(shm_call(Sys.getpid)) %in% pageshare:::shm_pool$pids)
+  f <- future::future({ Sys.sleep(0.2); 1 })
+  expect_identical(future::nbrOfFreeWorkers(), 2L)      # until its result is collected
+  expect_identical(future::value(f), 1)
+  expect_identical(future::nbrOfFreeWorkers(), 3L)
+  pids <- pageshare:::shm_pool$pids
+  future::plan(future::sequential)
+  expect_null(pageshare:::shm_pool$pids)
+  expect_true(wait_gone(pids))
+})
+
+test_that("n futures in flight run on n distinct workers", {
+  n <- 3L
+  local_pool_plan(workers = I(n))
+  dir <- tempfile("barrier")
+  dir.create(dir)
+  # Each future checks in and waits until all n have: futures queued on a
+  # busy worker could never all check in (each would give up after 30 s and
+  # report fewer than n).
+  fs <- lapply(seq_len(n), function(i) future::future({
+    file.create(file.path(dir, Sys.getpid()))
+    deadline <- Sys.time() + 30
+    while (length(list.files(dir)) < n && Sys.time() < deadline) Sys.sleep(0.01)
+    c(Sys.getpid(), length(list.files(dir)))
+  }))
+  got <- vapply(fs, future::value, numeric(2))
+  expect_identical(sort(unique(got[1, ])), sort(as.numeric(pageshare:::shm_pool$pids)))
+  expect_true(all(got[2, ] == n))
+  unlink(dir, recursive = TRUE)
+})
+
+test_that("kill -9 of a worker mid-future: FutureInterruptError; 20 futures and chunked calls run without plan() again", {
+  skip_if_not_installed("future.apply")
+  local_pool_plan(workers = 2)
+  X <- as.double(seq_len(2e5))
+  f <- future::future({ Sys.sleep(30); sum(X) })
+  # (the worker running f: its pid is in the future once launched)
+  victim <- f[["pageshare_pid"]]
+  expect_true(victim %in% pageshare:::shm_pool$pids)
+  tools::pskill(victim, tools::SIGKILL)
+  err <- tryCatch(future::value(f), error = function(e) e)
+  expect_s3_class(err, "FutureInterruptError")
+  expect_match(conditionMessage(err), sprintf("pid %d", victim), fixed = TRUE)
+  vals <- vapply(1:20, function(i) future::value(future::future(sum(X) + i)), 0)
+  expect_equal(vals, sum(X) + 1:20)
+  expect_equal(unlist(future.apply::future_lapply(1:6, function(i) sum(X[1:i]), future.chunk.size = 2)),
+               cumsum(X[1:6]))
+  expect_false(victim %in% pageshare:::shm_pool$pids)
+  expect_false(anyNA(pageshare:::shm_pool$pids))
+})
+
+test_that("immediate conditions (progressr) reach the caller while the future runs", {
+  skip_if_not_installed("progressr")
+  old <- options(progressr.enable = TRUE)   # (progressr reports only in interactive sessions by default)
+  on.exit(options(old), add = TRUE)
+  local_pool_plan(workers = 2)
+  dir <- tempfile("seen")
+  dir.create(dir)
+  # The future signals a progress update, then waits for the caller to have
+  # seen it (a file the caller's handler makes): were updates only relayed
+  # with the result, it would wait in vain and report FALSE.
+  f <- future::future({
+    options(progressr.enable = TRUE)
+    p <- progressr::progressor(2)
+    p()
+    deadline <- Sys.time() + 30
+    while (!file.exists(file.path(dir, "1")) && Sys.time() < deadline) Sys.sleep(0.01)
+    seen <- file.exists(file.path(dir, "1"))
+    p()
+    seen
+  })
+  n <- 0L
+  v <- withCallingHandlers(future::value(f), progression = function(cond) {
+    n <<- n + 1L
+    if (identical(cond$type, "update")) file.create(file.path(dir, sum(file.exists(file.path(dir, 1:2))) + 1L))
+  })
+  expect_true(v)
+  # future relays each one once: while the future runs, not again with value()
+  expect_identical(n, 4L)                                # initiate, 2 updates, finish
+  # a plain immediateCondition (no muffle restart) arrives once too
+  k <- 0L
+  withCallingHandlers(future::value(future::future({
+    signalCondition(structure(class = c("immediateCondition", "condition"), list(message = "x", call = NULL)))
+    1
+  })), immediateCondition = function(cond) k <<- k + 1L)
+  expect_identical(k, 1L)
+  expect_output(expect_message(future::value(future::future({ message("m"); cat("out\n"); 1 })), "m"), "out")
+  unlink(dir, recursive = TRUE)
+})
+
+test_that("rscript_args and rscript_libs start the pool's workers, also its replacements, until the plan ends", {
+  lib <- tempfile("lib")
+  dir.create(lib)
+  local_pool_plan(workers = I(1), rscript_args = "--no-site-file", rscript_libs = c(lib, .libPaths()))
+  probe <- function() list(args = commandArgs(), libs = normalizePath(.libPaths()))
+  got <- future::value(future::future(probe()))
+  expect_true("--no-site-file" %in% got$args)
+  expect_true(normalizePath(lib) %in% got$libs)
+  pid <- future::value(future::future(Sys.getpid()))
+  tools::pskill(pid, tools::SIGKILL)
+  expect_true(wait_gone(pid))
+  got <- suppressWarnings(future::value(future::future(probe())))   # (the warning: a worker died idle)
+  expect_true("--no-site-file" %in% got$args)
+  expect_true(normalizePath(lib) %in% got$libs)
+  future::plan(future::sequential)
+  start_workers(1)
+  on.exit(stop_workers(), add = TRUE)
+  got <- shm_value(shm_call(probe))
+  expect_false("--no-site-file" %in% got$args)
+  expect_false(normalizePath(lib) %in% got$libs)
+})
+
+test_that("cancel() of a queued and of a running future; lazy futures; errors keep their class", {
+  local_pool_plan(workers = 2)
+  lz <- future::future(2 * 21, lazy = TRUE)
+  expect_identical(lz[["state"]], "created")
+  expect_identical(future::value(lz), 42)
+  err <- tryCatch(future::value(future::future(stop(structure(class = c("my_error", "error", "condition"),
+                                                               list(message = "mine", call = NULL))))),
+                  error = function(e) e)
+  expect_s3_class(err, "my_error")
+  f <- future::future({ Sys.sleep(30); 1 })
+  pid <- f[["pageshare_pid"]]
+  f <- future::cancel(f, interrupt = TRUE)
+  expect_error(future::value(f), class = "FutureInterruptError")
+  expect_true(wait_gone(pid))
+  expect_identical(future::nbrOfFreeWorkers(), 2L)
+  expect_identical(future::value(future::future(3)), 3)
+})
+
+test_that("futures see shm_everywhere()'s set-up; what a future leaves in the global environment goes", {
+  local_pool_plan(workers = I(1))
+  on.exit(pageshare:::pool_forget_setup(), add = TRUE)
+  shm_everywhere(NULL, setup_value = 41)
+  seen <- function(name) exists(name, envir = globalenv(), inherits = FALSE)
+  expect_true(shm_value(shm_call(seen, "setup_value")))
+  expect_identical(future::value(future::future(get("setup_value", envir = globalenv()) + 1)), 42)
+  expect_identical(future::value(future::future({ left_over <<- 1; 2 })), 2)
+  expect_false(shm_value(shm_call(seen, "left_over")))
+  expect_false(future::value(future::future(exists("left_over", envir = globalenv(), inherits = FALSE))))
+  expect_true(shm_value(shm_call(seen, "setup_value")))
+})
