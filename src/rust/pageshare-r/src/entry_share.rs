@@ -50,6 +50,9 @@ pub extern "C" fn ps_worth_walking_rs(x: SEXP, threshold: SEXP) -> SEXP {
     })
 }
 
+/// The type number of S4 objects (R's S4SXP, OBJSXP from R 4.4).
+const S4_OBJECT_TYPE: u32 = 25;
+
 pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool {
     // SAFETY: x is a valid SEXP; only types, lengths and the strings and
     // elements of ordinary vectors are read.
@@ -74,10 +77,12 @@ pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool 
                     && ((0..n).any(|i| worth_walking(VECTOR_ELT(x, i), threshold, depth + 1))
                         || packable_bytes(x) >= threshold)
             }
-            // (the walk decides: an S4 object's slots are its attributes, which
-            // R's API has no reader of here before R 4.5; an environment's
-            // bindings are listed there)
-            SEXPTYPE::S4SXP | SEXPTYPE::ENVSXP => true,
+            // (the walk decides: an environment's bindings are listed there)
+            SEXPTYPE::ENVSXP => true,
+            // (likewise an S4 object's slots, its attributes, which R's API has
+            // no reader of here before R 4.5; its type is named S4SXP or, from
+            // R 4.4 on, OBJSXP in the bindings, with the same number)
+            t if t as u32 == S4_OBJECT_TYPE => true,
             _ => false,
         }
     }
