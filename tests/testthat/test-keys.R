@@ -187,21 +187,10 @@ test_that("a forged entry under a content key leads to an error, never to its da
   other <- share(as.double(1:1e4) + 0.5, key = "other")
   wanted <- content_key(as.double(1:10))
   index <- file.path(dir, paste0("pageshare-", system2("id", "-u", stdout = TRUE)))
-  ours <- list.files(index, pattern = "^pageshare\\.k\\.other\\.")
-  expect_length(ours, 1L)
+  expect_length(list.files(index, pattern = "^pageshare\\.k\\.other\\."), 1L)
   # an entry of the right form under the content key's name, locked by a live
   # process, whose locator leads to the segment of "other"
-  bytes <- readBin(file.path(index, ours), "raw", 1000)
-  name <- paste0("pageshare.k.", gsub(".", "%2E", wanted, fixed = TRUE), ".999999")
-  forged <- c(bytes[1:60], writeBin(nchar(name, "bytes"), raw(), size = 2, endian = "little"), charToRaw(name))
-  path <- file.path(index, name)
-  writeBin(forged, path)
-  Sys.chmod(path, "0600", use_umask = FALSE)
-  locked <- tempfile()
-  locker <- processx::process$new("sh", c("-c", 'exec 9<"$1" && flock -s 9 && : > "$2" && exec sleep 600', "sh", path, locked))
-  on.exit({ locker$kill(); locker$wait() }, add = TRUE)
-  deadline <- Sys.time() + 10
-  while (!file.exists(locked) && Sys.time() < deadline) Sys.sleep(0.05)
+  forge_key_entry(dir, "other", wanted)
   e <- tryCatch(shared_by_key(wanted), error = function(e) e)
   expect_s3_class(e, "pageshare_invalid_segment")
   expect_match(conditionMessage(e), "does not hold those contents")
@@ -393,10 +382,8 @@ test_that("a process stopped while it holds a key's lock: share(key =) returns w
   dir <- local_key_dir()
   holder <- local_stopped_holder(dir, "busy", as.double(1:10))
   # a key given by hand, with the default wait: an error naming the holder
-  t0 <- Sys.time()
+  # (how long it waits is inst/benchmarks' to say; here, that it ends, classed)
   e <- tryCatch(share(as.double(1:10), key = "busy"), error = function(e) e)
-  took <- as.numeric(difftime(Sys.time(), t0, units = "secs"))
-  expect_lt(took, 30)
   expect_s3_class(e, "pageshare_key_busy")
   expect_s3_class(e, "pageshare_error")
   expect_match(conditionMessage(e), paste0("process ", holder$get_pid(), " \\(stopped"))
@@ -440,7 +427,6 @@ test_that("an interrupt (Ctrl-C) ends share(key =)'s wait for a stopped holder",
     library(pageshare)
     in_wait <- NA
     writeLines(as.character(Sys.getpid()), waiting)
-    t0 <- Sys.time()
     r <- tryCatch(withCallingHandlers(share(as.double(1:10), key = "busy"), interrupt = function(e) {
       # (raised by pageshare's C shell once the wait in share()'s .Call
       # ended, through signalCondition(); R's own check, in R code, raises
@@ -449,8 +435,7 @@ test_that("an interrupt (Ctrl-C) ends share(key =)'s wait for a stopped holder",
       is <- function(f) any(vapply(calls, function(cl) identical(cl[[1]], f), NA))
       in_wait <<- is(quote(share_keyed)) && is(quote(signalCondition))
     }), interrupt = function(e) "interrupted")
-    list(result = r, in_wait = in_wait, seconds = as.numeric(difftime(Sys.time(), t0, units = "secs")),
-         held = release_key("busy"))
+    list(result = r, in_wait = in_wait, held = release_key("busy"))
   }, args = list(dir = dir, waiting = waiting), supervise = TRUE)
   on.exit({ waiter$kill(); waiter$wait(10000) }, add = TRUE, after = FALSE)
   wait_for_file(waiting, 60)
@@ -466,5 +451,4 @@ test_that("an interrupt (Ctrl-C) ends share(key =)'s wait for a stopped holder",
   expect_identical(got$result, "interrupted")
   expect_true(got$in_wait)
   expect_false(got$held)
-  expect_lt(got$seconds, 3600)
 })

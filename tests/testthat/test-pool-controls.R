@@ -124,17 +124,17 @@ blocking_task <- function(gate, mark) {
   while (!file.exists(gate)) Sys.sleep(0.005)
   Sys.getpid()
 }
-wait_for_file <- function(path) {
-  for (i in 1:6000) if (file.exists(path)) return(TRUE) else Sys.sleep(0.01)
-  FALSE
-}
-
-test_that("shm_cancel() takes back a task waiting for a worker: it never runs", {
-  on.exit(stop_workers(), add = TRUE)
-  start_workers(2)
+# A pool of 2 workers and a directory for gate and mark files, both gone when
+# the calling test ends.
+local_cancel_pool <- function(env = parent.frame()) {
   dir <- tempfile("cancel-")
   dir.create(dir)
-  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  do.call(base::on.exit, list(bquote({ stop_workers(); unlink(.(dir), recursive = TRUE) }), add = TRUE), envir = env)
+  start_workers(2)
+  dir
+}
+test_that("shm_cancel() takes back a task waiting for a worker: it never runs", {
+  dir <- local_cancel_pool()
   gate <- file.path(dir, "gate")
   mark <- function(i) file.path(dir, paste0("began-", i))
   # (each worker holds 2 tasks, one running and one ready: the 5th waits)
@@ -153,15 +153,11 @@ test_that("shm_cancel() takes back a task waiting for a worker: it never runs", 
 })
 
 test_that("shm_cancel() of a running task ends its worker; the task behind it runs on another", {
-  on.exit(stop_workers(), add = TRUE)
-  start_workers(2)
-  dir <- tempfile("cancel-")
-  dir.create(dir)
-  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  dir <- local_cancel_pool()
   running <- shm_call(blocking_task, file.path(dir, "never"), file.path(dir, "began-1"))
-  expect_true(wait_for_file(file.path(dir, "began-1")))
+  wait_for_file(file.path(dir, "began-1"))
   other <- shm_call(blocking_task, file.path(dir, "gate"), file.path(dir, "began-2"))
-  expect_true(wait_for_file(file.path(dir, "began-2")))
+  wait_for_file(file.path(dir, "began-2"))
   # (both workers run one task: the next goes behind the first's, in slot order)
   behind <- shm_call(function() Sys.getpid())
   victim <- pageshare:::pool_pids()[1L]
@@ -178,11 +174,7 @@ test_that("shm_cancel() of a running task ends its worker; the task behind it ru
 })
 
 test_that("shm_cancel() of a task sent behind another drops its value; nothing to cancel is FALSE", {
-  on.exit(stop_workers(), add = TRUE)
-  start_workers(2)
-  dir <- tempfile("cancel-")
-  dir.create(dir)
-  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  dir <- local_cancel_pool()
   gate <- file.path(dir, "gate")
   first <- shm_call(blocking_task, gate, file.path(dir, "began-1"))
   second <- shm_call(blocking_task, gate, file.path(dir, "began-2"))
