@@ -74,14 +74,13 @@ check_name <- function(x, arg, key = "not_string") {
   check_name_bytes(x, arg)
 }
 
-# The arguments `args` of the calling function `fn` (those without a default)
-# must have been given: else a pageshare_bad_argument error naming the first
-# one missing and the function. (`missing()` asked in the caller's frame.)
-check_given <- function(fn, args) {
-  frame <- parent.frame()
-  for (a in args) {
-    if (eval(call("missing", as.name(a)), frame)) pageshare_stop("missing_argument", a, fn, fn)
-  }
+# The arguments of the calling function `fn` (those without a default) must
+# have been given: `missing` holds missing(<arg>) for each, named by the
+# argument, asked by the caller (asking it here, in the caller's frame, would
+# cost more than a small task). Else a pageshare_bad_argument error naming the
+# first one missing and the function.
+check_given <- function(fn, missing) {
+  if (any(missing)) pageshare_stop("missing_argument", names(missing)[which(missing)[1L]], fn, fn)
 }
 
 # `FUN` as a function: a function, or the name of one looked up from where the

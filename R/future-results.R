@@ -23,6 +23,13 @@ worker_scope_open <- new.env(parent = emptyenv())
 
 worker_result <- function(res, threshold) {
   value <- res$value
+  # (a view this worker received, such as an argument returned as it came,
+  # goes back as its handle, as the walk below would send it, without the walk)
+  if (.Call(ps_is_view, value) && !isTRUE(.Call(ps_view_info, value)$owned_here) &&
+      isTRUE(.Call(ps_shares_openable))) {
+    worker_open_scope()
+    return(if (isTRUE(res$visible)) value else invisible(value))
+  }
   shared <- NULL
   # (a worker whose descriptors its master cannot open sends its value plainly)
   if (!is.null(value) && (is_shareable_vector(value) || typeof(value) == "list") &&
@@ -43,10 +50,7 @@ worker_result <- function(res, threshold) {
     # A handed-over segment is the master's to unlink: this worker must not
     # hand out the same view again for the same source (identity cache).
     if (length(mine)) forget_shared()
-    if (!isTRUE(worker_scope_open$open)) {
-      .Call(ps_scope, 1L)
-      worker_scope_open$open <- TRUE
-    }
+    worker_open_scope()
     value <- if (length(mine)) {
       structure(list(value = shared, pid = Sys.getpid()), class = "pageshare_result")
     } else {
@@ -54,6 +58,15 @@ worker_result <- function(res, threshold) {
     }
   }
   if (isTRUE(res$visible)) value else invisible(value)
+}
+
+# The handle scope of this worker's reply, opened once (closed again before
+# the next message: worker_result_begin(), pool_worker_begin()).
+worker_open_scope <- function() {
+  if (!isTRUE(worker_scope_open$open)) {
+    .Call(ps_scope, 1L)
+    worker_scope_open$open <- TRUE
+  }
 }
 
 worker_result_begin <- function() {

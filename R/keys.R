@@ -75,7 +75,7 @@ NULL
 #' @rdname share_by_key
 #' @export
 shared_by_key <- function(key) {
-  check_given("shared_by_key", "key")
+  check_given("shared_by_key", c(key = missing(key)))
   check_name(key, "key")
   got <- .Call(ps_retrieve_keyed, key, segment_dir())
   view <- got$view
@@ -88,7 +88,7 @@ shared_by_key <- function(key) {
 #' @rdname share_by_key
 #' @export
 release_key <- function(key) {
-  check_given("release_key", "key")
+  check_given("release_key", c(key = missing(key)))
   check_name(key, "key")
   invisible(.Call(ps_release_key, key))
 }
@@ -96,7 +96,7 @@ release_key <- function(key) {
 #' @rdname share_by_key
 #' @export
 content_key <- function(x) {
-  check_given("content_key", "x")
+  check_given("content_key", c(x = missing(x)))
   if (!is_shareable_vector(x)) pageshare_stop("share_type", "`x`", describe_type(x))
   .Call(ps_content_key, x, canonical_attributes_blob(x))
 }

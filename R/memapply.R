@@ -73,7 +73,7 @@
 #' @export
 memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL,
                      stdout = TRUE, conditions = "condition") {
-  check_given("memApply", c("X", "MARGIN", "FUN"))
+  check_given("memApply", c(X = missing(X), MARGIN = missing(MARGIN), FUN = missing(FUN)))
   check_namespace_arg(NAMESPACE)
   check_relay(stdout, conditions, "stdout", "conditions")
   FUN <- as_function(FUN)
@@ -136,7 +136,7 @@ memApply <- function(X, MARGIN, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NU
 #' @export
 memLapply <- function(X, FUN, NAMESPACE = NULL, CLUSTER = NULL, VARS = NULL, MAX.CORES = NULL,
                       stdout = TRUE, conditions = "condition") {
-  check_given("memLapply", c("X", "FUN"))
+  check_given("memLapply", c(X = missing(X), FUN = missing(FUN)))
   check_namespace_arg(NAMESPACE)
   check_relay(stdout, conditions, "stdout", "conditions")
   FUN <- as_function(FUN)

@@ -62,7 +62,7 @@ registered_here <- function(namespace) {
 #' releaseVariables("demo", c("X", "y"))
 #' @export
 registerVariables <- function(namespace, variableList) {
-  check_given("registerVariables", c("namespace", "variableList"))
+  check_given("registerVariables", c(namespace = missing(namespace), variableList = missing(variableList)))
   check_name(namespace, "namespace")
   # The whole list is checked before anything is registered.
   nms <- names(variableList)
@@ -115,7 +115,7 @@ registerVariables <- function(namespace, variableList) {
 #' releaseVariables("demo2", "X")
 #' @export
 retrieveViews <- function(namespace, variableNames) {
-  check_given("retrieveViews", c("namespace", "variableNames"))
+  check_given("retrieveViews", c(namespace = missing(namespace), variableNames = missing(variableNames)))
   check_variables(namespace, variableNames)
   dir <- segment_dir()
   out <- lapply(variableNames, function(var) {
@@ -155,7 +155,7 @@ retrieveViews <- function(namespace, variableNames) {
 #' releaseVariables("demo3", "v")
 #' @export
 releaseViews <- function(namespace, variableNames) {
-  check_given("releaseViews", c("namespace", "variableNames"))
+  check_given("releaseViews", c(namespace = missing(namespace), variableNames = missing(variableNames)))
   check_variables(namespace, variableNames)
   keys <- view_key(namespace, variableNames)
   missing <- !vapply(keys, exists, logical(1), envir = views_held, inherits = FALSE)
@@ -178,7 +178,7 @@ releaseViews <- function(namespace, variableNames) {
 #' releaseVariables("demo4", "v")
 #' @export
 releaseVariables <- function(namespace, variableNames) {
-  check_given("releaseVariables", c("namespace", "variableNames"))
+  check_given("releaseVariables", c(namespace = missing(namespace), variableNames = missing(variableNames)))
   check_variables(namespace, variableNames)
   dir <- segment_dir()
   mine <- registered_here(namespace)
@@ -206,7 +206,7 @@ releaseVariables <- function(namespace, variableNames) {
 #' releaseVariables("demo5", "X")
 #' @export
 retrieveMetadata <- function(namespace, variableName) {
-  check_given("retrieveMetadata", c("namespace", "variableName"))
+  check_given("retrieveMetadata", c(namespace = missing(namespace), variableName = missing(variableName)))
   check_variables(namespace, variableName, "variableName")
   describe <- function(var) {
     v <- retrieveViews(namespace, var)[[1L]]
@@ -265,7 +265,7 @@ viewList <- function() as.list(held_view_names())
 #' pageList()
 #' @export
 memshare_gc <- function(namespace, cluster = NULL) {
-  check_given("memshare_gc", "namespace")
+  check_given("memshare_gc", c(namespace = missing(namespace)))
   check_name(namespace, "namespace")
   if (!is.null(cluster) && !inherits(cluster, "cluster")) {
     pageshare_stop("not_cluster", "cluster", " (or NULL)", describe_object(cluster))

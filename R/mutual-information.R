@@ -146,7 +146,7 @@
 mutual_information <- function(X, y, method = c("pde", "memshare"), discrete = FALSE,
                                eps = .Machine$double.eps * 1000, na.rm = FALSE, base = exp(1),
                                cores = NULL) {
-  check_given("mutual_information", c("X", "y"))
+  check_given("mutual_information", c(X = missing(X), y = missing(y)))
   method <- mi_method(method)
   check_flag(discrete, "discrete")
   check_flag(na.rm, "na.rm")
@@ -197,7 +197,7 @@ mutual_information <- function(X, y, method = c("pde", "memshare"), discrete = F
 #' @export
 mutualinfo <- function(x, y, isXDiscrete = FALSE, isYDiscrete = FALSE,
                        eps = .Machine$double.eps * 1000, useMPMI = FALSE, na.rm = FALSE) {
-  check_given("mutualinfo", c("x", "y"))
+  check_given("mutualinfo", c(x = missing(x), y = missing(y)))
   if (!is.vector(x) || !is.vector(y) || !is.numeric(x) || !is.numeric(y) || length(x) != length(y)) {
     pageshare_stop("mi_pair")
   }

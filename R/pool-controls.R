@@ -85,7 +85,7 @@ shm_everywhere <- function(expr, ...) {
 #' @rdname shm_controls
 #' @export
 shm_resolved <- function(task) {
-  check_given("shm_resolved", "task")
+  check_given("shm_resolved", c(task = missing(task)))
   check_task(task)
   isTRUE(task$cancelled) || pool_await(task, 0)
 }
@@ -93,7 +93,7 @@ shm_resolved <- function(task) {
 #' @rdname shm_controls
 #' @export
 shm_cancel <- function(task) {
-  check_given("shm_cancel", "task")
+  check_given("shm_cancel", c(task = missing(task)))
   check_task(task)
   if (!is.null(task$reply) || isTRUE(task$cancelled)) return(invisible(FALSE))
   if (!identical(task$generation, shm_pool$generation)) return(invisible(FALSE))

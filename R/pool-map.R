@@ -69,7 +69,7 @@
 #' stop_workers()
 #' @export
 shm_map <- function(X, FUN, ..., .seed = FALSE, .progress = FALSE, .stdout = TRUE, .conditions = "condition") {
-  check_given("shm_map", c("X", "FUN"))
+  check_given("shm_map", c(X = missing(X), FUN = missing(FUN)))
   FUN <- as_function(FUN)
   if (is.null(X)) X <- list()
   if (!(is.list(X) || is.atomic(X)) || is.environment(X)) pageshare_stop("map_x", describe_object(X))

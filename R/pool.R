@@ -95,19 +95,20 @@ shm_call <- function(FUN, ..., .stdout = TRUE, .conditions = "condition") {
     check_relay(.stdout, .conditions, ".stdout", ".conditions")
     list(stdout = .stdout, conditions = .conditions)
   }
-  # (a closure among the arguments has the promises it reads forced on the
-  # plain path too: see force_sent_promises())
-  for (a in args) if (typeof(a) == "closure") {
-    force_sent_promises(new.env(parent = emptyenv()), NULL, args)
-    break
-  }
-  # (a plain call to a running pool is made and sent in one step, in Rust)
+  # (a plain call to a running pool is made and sent in one step, in Rust;
+  # not one with a closure among its arguments)
   task <- .Call(ps_pool_call_plain, FUN, args, shm_pool$pids, shm_pool$generation)
   if (is.environment(task)) {
     if (!is.null(relay)) task$relay <- relay
     return(task)
   }
   if (identical(task, -2)) pool_interrupted()
+  # (a closure among the arguments has the promises it reads forced on the
+  # plain path too: see force_sent_promises())
+  for (a in args) if (typeof(a) == "closure") {
+    force_sent_promises(new.env(parent = emptyenv()), NULL, args)
+    break
+  }
   FUN <- as_function(FUN)
   pool_ensure()
   threshold <- share_threshold()
@@ -141,6 +142,13 @@ shm_call <- function(FUN, ..., .stdout = TRUE, .conditions = "condition") {
 #' @export
 shm_value <- function(task, timeout = NULL) {
   if (missing(task)) pageshare_stop("missing_argument", "task", "shm_value", "shm_value")
+  # (a call's value read in one step, in Rust, while its reply says "ok" or while
+  # nothing but such replies arrive, unless the task was cancelled; the rest here)
+  if (is.null(timeout)) {
+    got <- .Call(ps_task_value_plain, task, shm_pool$generation)
+    if (length(got) == 1L) return(got[[1L]])
+    if (length(got) == 2L) pool_on_event(got[[2L]])
+  }
   if (is.environment(task) && isTRUE(task$cancelled)) pageshare_stop("task_cancelled", format(task$tag))
   if (!is.null(timeout)) {
     check_task(task)
@@ -148,12 +156,10 @@ shm_value <- function(task, timeout = NULL) {
       pageshare_stop("number", "timeout", "of seconds, at least 0 (or NULL: no limit)", describe_value(timeout))
     }
     if (!pool_await(task, timeout)) pageshare_stop("task_timeout", format(task$tag), format(timeout))
+    got <- .Call(ps_task_value_plain, task, shm_pool$generation)
+    if (length(got) == 1L) return(got[[1L]])
+    if (length(got) == 2L) pool_on_event(got[[2L]])
   }
-  # (a call's value read in one step, in Rust, while its reply says "ok" or while
-  # nothing but such replies arrive; the rest here)
-  got <- .Call(ps_task_value_plain, task, shm_pool$generation)
-  if (length(got) == 1L) return(got[[1L]])
-  if (length(got) == 2L) pool_on_event(got[[2L]])
   if (!inherits(task, "pageshare_task")) {
     pageshare_stop("not_task", describe_object(task))
   }

@@ -71,7 +71,7 @@
 #' rm(x, y); invisible(gc())
 #' @export
 share <- function(x, key = NULL) {
-  check_given("share", "x")
+  check_given("share", c(x = missing(x)))
   if (!is.null(key)) return(share_keyed(x, key, "x"))
   share_value(x, "x")
 }
@@ -180,7 +180,7 @@ is_shared <- function(x) {
 #' shared_info(v)$owner_pid == Sys.getpid()
 #' @export
 shared_info <- function(x) {
-  check_given("shared_info", "x")
+  check_given("shared_info", c(x = missing(x)))
   info <- .Call(ps_view_info, x)
   if (is.null(info)) info else structure(info, class = "pageshare_info")
 }
@@ -224,7 +224,7 @@ format_bytes <- function(n) {
 #' length(with_handles(serialize(v, NULL)))   # a handle: a few hundred bytes
 #' @export
 with_handles <- function(expr) {
-  check_given("with_handles", "expr")
+  check_given("with_handles", c(expr = missing(expr)))
   .Call(ps_scope, 1L)
   on.exit(.Call(ps_scope, -1L))
   expr

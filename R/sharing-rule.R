@@ -77,14 +77,14 @@ element_name <- function(name, names, i) {
 # it), for the verbose report.
 share_walk <- function(x, state, depth = 0L, name = "") {
   if (is.null(x)) return(x)
-  if (is_shared(x)) {
-    v <- tryCatch(share(x), pageshare_error = function(e) x)
+  if (.Call(ps_is_view, x)) {
+    v <- tryCatch(share_value(x, "x"), pageshare_error = function(e) x)
     add_view(state, v, name)
     return(v)
   }
   if (is_shareable_vector(x)) {
     if (!is.null(state$failed) || data_bytes(x, state$threshold) < state$threshold) return(x)
-    v <- tryCatch(share(x), pageshare_error = function(e) {
+    v <- tryCatch(share_value(x, "x"), pageshare_error = function(e) {
       state$failed <- e
       NULL
     })

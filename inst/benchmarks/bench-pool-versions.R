@@ -8,6 +8,11 @@
 #
 #   Rscript inst/benchmarks/bench-pool-versions.R LIB_BEFORE LIB_AFTER [rounds, default 7]
 #
+# On a machine busy with other work, run it at a real-time priority
+# (`chrt -f 10 Rscript ...`, as root; the workers inherit it): the other
+# processes then wait while a case runs, and the figures are close to a quiet
+# machine's. Each run takes well under a minute.
+#
 # (Install a build into a library of its own with
 # `R CMD INSTALL --no-multiarch -l LIB .` from a checkout of that commit.)
 # Prints, per case, the median of each build over the rounds and the ratio

@@ -73,6 +73,23 @@ test_that("large arguments reach the worker as views and large values come back 
   expect_true(shared_info(back)$owned_here)
 })
 
+test_that("a shared argument returned as it came comes back as a view of the same segment", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  x <- share(runif(3e5))
+  back <- shm_value(shm_call(function(v) v, x))
+  expect_true(is_shared(back))
+  expect_identical(back, x)
+  expect_identical(shared_info(back)$name, shared_info(x)$name)
+  expect_true(shared_info(back)$owned_here)
+  # the same for one shared on the way (not a view in the caller) and one
+  # returned inside a list, and an invisible value stays a value
+  y <- runif(3e5)
+  expect_identical(shm_value(shm_call(function(v) v, y)), y)
+  expect_identical(shm_value(shm_call(function(v) list(v), x)), list(x))
+  expect_identical(shm_value(shm_call(function(v) invisible(v), x)), x)
+})
+
 test_that("messages larger than a ring go one at a time to a busy worker (no deadlock)", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)

@@ -145,8 +145,12 @@ pub extern "C" fn ps_pool_dispatch_rs() -> SEXP {
 /// does not wait when no message is out (event "idle"). A reply's payload is
 /// the master's buffer, lent: give it back with `give_back`.
 pub fn next_event(timeout: SEXP, idle: SEXP) -> Result<Event<usize>, RError> {
-    let t = as_real(timeout)?;
-    let wait_idle = crate::args::flag_arg(idle)?;
+    next_event_within(as_real(timeout)?, crate::args::flag_arg(idle)?)
+}
+
+/// `next_event()` with its arguments as numbers: `t` seconds (not finite or
+/// negative: no limit), `wait_idle`.
+pub fn next_event_within(t: f64, wait_idle: bool) -> Result<Event<usize>, RError> {
     let deadline = (t.is_finite() && t >= 0.0).then(|| Instant::now() + Duration::from_secs_f64(t));
     let mut guard = pool()?;
     let m = guard.as_mut().ok_or_else(no_pool)?;

@@ -38,6 +38,7 @@ struct Constants {
     tag: SEXP,
     reply: SEXP,
     keep: SEXP,
+    cancelled: SEXP,
     quote: SEXP,
     threshold_option: SEXP,
     /// "pageshare_task", the class of a task
@@ -87,6 +88,7 @@ fn constants() -> Result<Constants, RError> {
         tag: sym(c"tag")?,
         reply: sym(c"reply")?,
         keep: sym(c"keep")?,
+        cancelled: sym(c"cancelled")?,
         quote: sym(c"quote")?,
         threshold_option: sym(c"pageshare.threshold")?,
         task_class,
@@ -266,7 +268,11 @@ pub extern "C" fn ps_pool_call_plain_rs(fun: SEXP, args: SEXP, pids: SEXP, gener
         // SAFETY: reading an option (a lookup in .Options) under try_r.
         let option = try_r(|| unsafe { Rf_GetOption1(c.threshold_option) })?;
         let Some(threshold) = plain_threshold(option) else { return Ok(nil()) };
-        if !is_plain(env, args, threshold) {
+        // (a closure among the arguments has the promises it reads forced
+        // first, in R: force_sent_promises())
+        // SAFETY: reading the elements' types of a list.
+        let closure_arg = unsafe { (0..XLENGTH(args)).any(|i| TYPEOF(VECTOR_ELT(args, i)) == SEXPTYPE::CLOSXP) };
+        if closure_arg || !is_plain(env, args, threshold) {
             return Ok(nil());
         }
         let payload = plain_message(fun, args, threshold)?;
@@ -352,8 +358,8 @@ fn unreadable_reply() -> Result<SEXP, RError> {
 /// as `reply` in the task, and the event is "delivered". Until the reply is
 /// read the task holds the unreadable reply: an error in reading (no memory)
 /// goes on to the caller, and the task fails. None: "delivered".
-fn next_event_delivered(timeout: SEXP, idle: SEXP) -> Result<Option<SEXP>, RError> {
-    let ev = crate::entry_pool_messages::next_event(timeout, idle)?;
+fn next_event_delivered(timeout: f64, idle: bool) -> Result<Option<SEXP>, RError> {
+    let ev = crate::entry_pool_messages::next_event_within(timeout, idle)?;
     // (a reply with its task's output or conditions goes to R, which relays them)
     let Event::Reply { what, payload, plain: true, value, relay: false } = ev else {
         return crate::entry_pool_messages::event_to_r(ev).map(Some);
@@ -381,7 +387,7 @@ fn next_event_delivered(timeout: SEXP, idle: SEXP) -> Result<Option<SEXP>, RErro
 /// The pool's next event as a named list (see `next_event_delivered`).
 #[no_mangle]
 pub extern "C" fn ps_pool_next_event_delivered_rs(timeout: SEXP, idle: SEXP) -> SEXP {
-    entry(|| match next_event_delivered(timeout, idle)? {
+    entry(|| match next_event_delivered(as_real(timeout)?, crate::args::flag_arg(idle)?)? {
         Some(ev) => Ok(ev),
         None => crate::wire_r::bare_event(EventKind::Delivered),
     })
@@ -418,7 +424,8 @@ fn var_in(env: SEXP, sym: SEXP) -> Result<SEXP, RError> {
 /// shm_value(task) while it is plain: the task's value as list(value) once
 /// its reply says "ok" (read here too when it arrives while this waits, as
 /// the event "delivered"). Anything else is left to shm_value() in R: NULL
-/// when the task is not one, has failed or belongs to a pool stopped since;
+/// when the task is not one, was cancelled, has failed or belongs to a pool
+/// stopped since;
 /// list(NULL, event) when the pool had another event for R to handle first.
 #[no_mangle]
 pub extern "C" fn ps_task_value_plain_rs(task: SEXP, generation: SEXP) -> SEXP {
@@ -429,9 +436,13 @@ pub extern "C" fn ps_task_value_plain_rs(task: SEXP, generation: SEXP) -> SEXP {
             return Ok(nil());
         }
         let c = constants()?;
+        // (a cancelled task gets no reply: shm_value() says so)
+        let cancelled = var_in(task, c.cancelled)?;
+        // SAFETY: reading the type, length and element of a valid vector.
+        if unsafe { TYPEOF(cancelled) == SEXPTYPE::LGLSXP && Rf_xlength(cancelled) == 1 && *LOGICAL(cancelled) == 1 } {
+            return Ok(nil());
+        }
         let mut scope = Protect::new();
-        let forever = scope.protect(crate::r_calls::scalar_real(f64::NAN)?)?;
-        let no = scope.protect(scalar_logical(0)?)?;
         loop {
             let reply = var_in(task, c.reply)?;
             if reply != nil() {
@@ -455,7 +466,7 @@ pub extern "C" fn ps_task_value_plain_rs(task: SEXP, generation: SEXP) -> SEXP {
             if unsafe { R_compute_identical(own, generation, 16) } == Rboolean::FALSE {
                 return Ok(nil());
             }
-            if let Some(ev) = next_event_delivered(forever, no)? {
+            if let Some(ev) = next_event_delivered(f64::NAN, false)? {
                 let mut inner = Protect::new();
                 return crate::r_calls::list_of(&[nil(), inner.protect(ev)?]);
             }
