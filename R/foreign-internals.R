@@ -63,6 +63,7 @@ foreign_fields <- list(
          conditions = list("read", "future >= 1.40: the classes of immediate conditions relayed at once"),
          pageshare_task = list("written, read", "pageshare's own field (future >= 1.40): the pool task of a future"),
          pageshare_pid = list("written, read", "pageshare's own field (future >= 1.40): the worker a future runs on"),
+         pageshare_registered = list("written, read", "pageshare's own field (future >= 1.40): the future is in future's registry (removed once, when collected)"),
          pageshare_views = list("written, read", "pageshare's own field: the views a future's launch shared"))),
   list(package = "future", object = "a FutureBackend (future >= 1.40)",
        roots = c("backend", "core"), files = "future",

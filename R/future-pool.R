@@ -57,7 +57,7 @@ launchFuture.ShmPoolFutureBackend <- function(backend, future, ...) {
   getFutureData <- foreign_internal("future", "getFutureData")
   data <- getFutureData(future, mc.cores = 1L)
   threshold <- if (share_results_enabled()) share_threshold() else Inf
-  msg <- list(op = "call", FUN = future_pool_evaluate, args = list(data, threshold), threshold = Inf)
+  msg <- list(op = "call", FUN = future_pool_stub(), args = list(data, threshold), threshold = Inf)
   payload <- if (isTRUE(attr(launch, "shared"))) {
     with_handles(serialize(msg, NULL, xdr = FALSE))
   } else {
@@ -73,10 +73,49 @@ launchFuture.ShmPoolFutureBackend <- function(backend, future, ...) {
   future[["node"]] <- slot
   future[["pageshare_pid"]] <- shm_pool$pids[slot]
   task$tag <- pool_submit(payload, task, slot = slot)
+  held <- future_slots_held()
+  held$slots <- c(held$slots, slot)
   future[["state"]] <- "running"
   FutureRegistry <- foreign_internal("future", "FutureRegistry")
   FutureRegistry(reg, action = "add", future = future, earlySignal = FALSE)
+  future[["pageshare_registered"]] <- TRUE
   invisible(future)
+}
+
+# The function a future's message calls on its worker: a tiny closure of the
+# global environment that calls future_pool_evaluate() there (the
+# byte-compiled function itself would be serialized into every message,
+# 6.6 kB), made once.
+future_pool_stub <- function() {
+  f <- stubs[["future_pool_evaluate"]]
+  if (is.null(f)) {
+    f <- eval(quote(function(data, threshold) pageshare:::future_pool_evaluate(data, threshold)), globalenv())
+    stubs[["future_pool_evaluate"]] <- f
+  }
+  f
+}
+
+# The pool slots that futures hold from their launch until their result is
+# collected (as a multisession future holds its worker), for the pool's
+# current generation: kept here rather than asked of future's registry at
+# every launch (a tenth of a millisecond a call).
+future_slots_held <- function() {
+  held <- shm_pool$future_slots
+  if (is.null(held) || !identical(held$generation, shm_pool$generation)) {
+    held <- new.env(parent = emptyenv())
+    held$generation <- shm_pool$generation
+    held$slots <- integer()
+    shm_pool$future_slots <- held
+  }
+  held
+}
+
+future_slot_release <- function(slot, generation) {
+  held <- shm_pool$future_slots
+  if (is.null(held) || !identical(held$generation, generation)) return(invisible())
+  i <- match(slot, held$slots)
+  if (!is.na(i)) held$slots <- held$slots[-i]
+  invisible()
 }
 
 # The future's large globals swapped for views (sharing-rule.R) while
@@ -111,16 +150,13 @@ future_pool_slot <- function(backend) {
   FutureRegistry <- foreign_internal("future", "FutureRegistry")
   repeat {
     if (is.null(shm_pool$pids)) pool_start(n) else if (anyNA(shm_pool$pids)) pool_fill_vacancies()
-    futures <- FutureRegistry(reg, action = "list", earlySignal = FALSE)
-    busy <- unlist(lapply(futures, function(f) f[["node"]]), use.names = FALSE)
-    free <- setdiff(seq_len(min(n, length(shm_pool$pids))), busy)
+    free <- setdiff(seq_len(min(n, length(shm_pool$pids))), future_slots_held()$slots)
     if (length(free)) {
       slot <- pool_free_slot(0, free)
       return(if (is.na(slot)) free[[1L]] else slot)
     }
     FutureRegistry(reg, action = "collect-first", earlySignal = TRUE)
-    futures <- FutureRegistry(reg, action = "list", earlySignal = FALSE)
-    if (length(futures) >= n) pool_wait_event(timeout = 0.5)
+    if (length(future_slots_held()$slots) >= n) pool_wait_event(timeout = 0.5)
   }
 }
 
@@ -225,9 +261,13 @@ future_pool_collect <- function(future) {
   task$keep <- NULL
   future[["pageshare_views"]] <- NULL
   backend <- future[["backend"]]
-  FutureRegistry <- foreign_internal("future", "FutureRegistry")
-  if (FutureRegistry(backend[["reg"]], action = "contains", future = future)) {
-    on.exit(FutureRegistry(backend[["reg"]], action = "remove", future = future, earlySignal = FALSE), add = TRUE)
+  future_slot_release(future[["node"]], task$generation)
+  if (isTRUE(future[["pageshare_registered"]])) {
+    future[["pageshare_registered"]] <- FALSE
+    # (one that stopWorkers() dropped from the registry since is not there)
+    FutureRegistry <- foreign_internal("future", "FutureRegistry")
+    on.exit(tryCatch(FutureRegistry(backend[["reg"]], action = "remove", future = future, earlySignal = FALSE),
+                     FutureError = function(e) NULL), add = TRUE)
   }
   status <- reply$status
   value <- reply$value
@@ -303,6 +343,7 @@ stopWorkers.ShmPoolFutureBackend <- function(backend, interrupt = TRUE, ...) {
     if (interrupt && identical(f[["state"]], "running")) f[["state"]] <- "canceled"
   }
   FutureRegistry(reg, action = "reset")
+  shm_pool$future_slots <- NULL
   if (identical(shm_pool$future_owner, backend[["uuid"]])) {
     shm_pool$future_owner <- NULL
     stop_workers()
