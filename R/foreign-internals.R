@@ -200,11 +200,17 @@ internals_inventory <- function() {
 }
 
 foreign_internal <- function(package, name) {
+  # (found once per session: a future's launch asks for several)
+  key <- paste0(package, ":::", name)
+  fun <- foreign_found[[key]]
+  if (!is.null(fun)) return(fun)
   fun <- tryCatch(get(name, envir = asNamespace(package), mode = "function", inherits = FALSE),
                   error = function(e) NULL)
   if (is.null(fun)) pageshare_stop("foreign_internal", package, name, format(utils::packageVersion(package)))
+  foreign_found[[key]] <- fun
   fun
 }
+foreign_found <- new.env(parent = emptyenv())
 
 # The entries of `package` that its installed version does not have.
 missing_foreign_internals <- function(package) {

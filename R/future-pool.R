@@ -150,7 +150,8 @@ future_pool_slot <- function(backend) {
   FutureRegistry <- foreign_internal("future", "FutureRegistry")
   repeat {
     if (is.null(shm_pool$pids)) pool_start(n) else if (anyNA(shm_pool$pids)) pool_fill_vacancies()
-    free <- setdiff(seq_len(min(n, length(shm_pool$pids))), future_slots_held()$slots)
+    slots <- seq_len(min(n, length(shm_pool$pids)))
+    free <- slots[!slots %in% future_slots_held()$slots]
     if (length(free)) {
       slot <- pool_free_slot(0, free)
       return(if (is.na(slot)) free[[1L]] else slot)
