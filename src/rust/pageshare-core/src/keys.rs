@@ -247,11 +247,38 @@ pub fn retrieve(dir: &Path, key: &str) -> Result<Arc<Segment>, KeyError> {
     }))
 }
 
-/// Stop holding the object shared or retrieved under `key` in this process;
-/// false if it held none. Mappings of it stay valid until they are dropped.
+/// The attribute that marks a key's segment as a list's (a data frame's)
+/// column keys: a character vector of its elements' content keys, with the
+/// list's attributes and this one (R/keys.R and the Python module write and
+/// read it alike).
+pub const COLUMNS_MARK: &str = "pageshare.columns";
+
+/// The element keys of a list shared under a key (see [`COLUMNS_MARK`]);
+/// None for any other segment.
+pub fn column_keys(seg: &Segment) -> Option<Vec<String>> {
+    if seg.header().kind != Kind::Character {
+        return None;
+    }
+    let attrs = crate::rserialize::decode_attributes(seg.attributes()).ok()?;
+    if !attrs.iter().any(|(n, _)| n == COLUMNS_MARK) {
+        return None;
+    }
+    let table = seg.strings();
+    Some((0..table.len()).filter_map(|i| table.get(i)).map(|(b, _)| String::from_utf8_lossy(b).into_owned()).collect())
+}
+
+/// Stop holding the object shared or retrieved under `key` in this process
+/// (for a list's key, its elements' content keys too); false if it held
+/// none. Mappings of it stay valid until they are dropped.
 pub fn release(key: &str) -> Result<bool, Error> {
     check_key(key)?;
-    Ok(registry::release(&naming::keyed(key, os::pid())?))
+    let name = naming::keyed(key, os::pid())?;
+    let columns = registry::held_as(&name).and_then(|seg| column_keys(&seg));
+    let released = registry::release(&name);
+    for column in columns.into_iter().flatten().filter(|k| is_content_key(k)) {
+        registry::release(&naming::keyed(&column, os::pid())?);
+    }
+    Ok(released)
 }
 
 #[cfg(test)]
@@ -264,7 +291,8 @@ mod tests {
     }
 
     fn make(name: &str, data: &[u8]) -> Result<((), Arc<Segment>), KeyError> {
-        let contents = Contents { kind: Kind::Raw, length: data.len() as u64, data_len: data.len() as u64, attributes: b"" };
+        let contents =
+            Contents { kind: Kind::Raw, length: data.len() as u64, data_len: data.len() as u64, attributes: b"" };
         Ok(((), registry::create(name, contents, |d| d.copy_from_slice(data))?))
     }
 
@@ -272,10 +300,12 @@ mod tests {
     fn share_retrieve_release() {
         let dir = tempfile::tempdir().unwrap();
         let key = "keys-test-share";
-        let got = share(dir.path(), key, wanted(b"abcd"), 1.0, &mut || false, &mut || {}, |n| make(n, b"abcd")).unwrap();
+        let got =
+            share(dir.path(), key, wanted(b"abcd"), 1.0, &mut || false, &mut || {}, |n| make(n, b"abcd")).unwrap();
         assert!(matches!(got, Shared::Made(())));
         // the same contents again: the segment held already
-        let again = share(dir.path(), key, wanted(b"abcd"), 1.0, &mut || false, &mut || {}, |n| make(n, b"abcd")).unwrap();
+        let again =
+            share(dir.path(), key, wanted(b"abcd"), 1.0, &mut || false, &mut || {}, |n| make(n, b"abcd")).unwrap();
         assert!(matches!(again, Shared::Existing(_)));
         // other contents: a conflict
         let other = share(dir.path(), key, wanted(b"abce"), 1.0, &mut || false, &mut || {}, |n| make(n, b"abce"));
@@ -294,7 +324,8 @@ mod tests {
         let key = content_key(Kind::Raw, 4, b"", b"wxyz");
         let wrong = share(dir.path(), &key, wanted(b"wxyq"), 1.0, &mut || false, &mut || {}, |n| make(n, b"wxyq"));
         assert!(matches!(wrong, Err(KeyError::Core(Error::Argument(_), _))));
-        let got = share(dir.path(), &key, wanted(b"wxyz"), 1.0, &mut || false, &mut || {}, |n| make(n, b"wxyz")).unwrap();
+        let got =
+            share(dir.path(), &key, wanted(b"wxyz"), 1.0, &mut || false, &mut || {}, |n| make(n, b"wxyz")).unwrap();
         assert!(matches!(got, Shared::Made(())));
         assert!(release(&key).unwrap());
     }
