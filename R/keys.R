@@ -161,11 +161,11 @@ share_columns_keyed <- function(x, key, where) {
   views <- lapply(seq_along(x), function(i) share_keyed(x[[i]], TRUE, paste0(where, "[[", i, "]]")))
   keys <- vapply(views, function(v) content_key(v), "")
   manifest <- keys
-  attributes(manifest) <- c(attributes(x)[setdiff(names(attributes(x)), "names")],
-                            list(names = names(x)), stats::setNames(list(TRUE), columns_mark))
-  manifest_attrs <- attributes(manifest)
-  attributes(manifest) <- NULL
-  blob <- serialize(manifest_attrs, NULL, xdr = FALSE)
+  manifest_attrs <- c(attributes(x)[setdiff(names(attributes(x)), "names")],
+                      list(names = names(x)), stats::setNames(list(TRUE), columns_mark))
+  # (automatic row names as R keeps them, c(NA, -n), not n integers)
+  if (is.data.frame(x)) manifest_attrs$row.names <- .row_names_info(x, 0L)
+  blob <- serialize(manifest_attrs, NULL, xdr = FALSE, version = 2L)
   sync_shared_budget()
   .Call(ps_share_keyed, manifest, NULL, blob, key, segment_dir(), FALSE,
         as.double(pageshare_option("pageshare.key_wait")))
@@ -174,10 +174,13 @@ share_columns_keyed <- function(x, key, where) {
   out
 }
 
-# A vector's attributes as a segment stores them (NULL for none).
+# A vector's attributes as a segment stores them (NULL for none). Version 2
+# of the format writes every value as plain data (version 3 may write an
+# ALTREP object's class and state instead, which only R reads), so that
+# Python's pageshare (python/) can read dims, names and levels.
 attributes_blob <- function(x) {
   attrs <- attributes(x)
-  if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE)
+  if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE, version = 2L)
 }
 
 # The attributes of `x` as a content key hashes them (see
