@@ -25,6 +25,14 @@
 #' key given by hand it is a `pageshare_key_busy` error that names the process
 #' whose turn it is (one stopped with Ctrl-Z or in a debugger, say).
 #'
+#' A data frame (or another list of vectors) shared under a key given by hand
+#' is held column by column, each column under its content key, and the key
+#' names the list of those keys with the data frame's attributes:
+#' `shared_by_key()` returns the data frame, each column a view, and
+#' `release_key()` lets go of the columns too. Python's `pageshare` module
+#' (in `python/` of the source repository) reads and writes the same keys:
+#' see `vignette("r-and-python", package = "pageshare")`.
+#'
 #' Every process that shares or retrieves an object by key holds it: the
 #' object is found, and its pages stay, while any of them still holds it.
 #' `release_key(key)` lets go of it in this process; so does its end, however
@@ -48,7 +56,7 @@
 #' held the key's turn for longer than `pageshare.key_wait` (see above); `pageshare_invalid_segment` for an entry
 #' whose segment is not what it says (for a content key: other contents).
 #'
-#' @param x A vector as for [share()], or, with `key = TRUE`, a list of them.
+#' @param x A vector as for [share()], or a list (a data frame) of them.
 #' @param key A non-empty string, or `TRUE` for the content key of `x`.
 #' @return `share()`: a view of `x`. `shared_by_key()`: a view of the object
 #'   shared under `key`. `release_key()`: `TRUE` if this process held an
@@ -80,9 +88,24 @@ shared_by_key <- function(key) {
   got <- .Call(ps_retrieve_keyed, key, segment_dir())
   view <- got$view
   if (length(got$attributes)) {
-    .Call(ps_set_attributes, view, as.pairlist(unserialize(got$attributes)))
+    attrs <- unserialize(got$attributes)
+    if (!is.null(attrs[[columns_mark]])) return(columns_by_key(view, attrs))
+    .Call(ps_set_attributes, view, as.pairlist(attrs))
   }
   view
+}
+
+# A list (a data frame) shared under a key given by hand is a character vector
+# of its elements' content keys, with the list's attributes and this one (R and
+# Python write and read it alike: python/pageshare/__init__.py).
+columns_mark <- "pageshare.columns"   # (pageshare_core::keys::COLUMNS_MARK)
+
+# The list whose element keys are `keys`, with the attributes `attrs` (less the mark).
+columns_by_key <- function(keys, attrs) {
+  out <- lapply(as.character(keys), shared_by_key)
+  attrs[[columns_mark]] <- NULL
+  attributes(out) <- attrs
+  out
 }
 
 #' @rdname share_by_key
@@ -90,6 +113,8 @@ shared_by_key <- function(key) {
 release_key <- function(key) {
   check_given("release_key", c(key = missing(key)))
   check_name(key, "key")
+  # (a data frame's key: its columns' keys are let go of too, see
+  # pageshare_core::keys::release)
   invisible(.Call(ps_release_key, key))
 }
 
@@ -118,16 +143,44 @@ share_keyed <- function(x, key, where) {
                  as.double(pageshare_option("pageshare.key_wait"))))
   }
   if (typeof(x) == "list") {
-    if (!isTRUE(key)) pageshare_stop("list_key", paste0("`", where, "`"))
-    return(share_list(x, where, function(el, label) share_keyed(el, TRUE, label)))
+    if (isTRUE(key)) return(share_list(x, where, function(el, label) share_keyed(el, TRUE, label)))
+    return(share_columns_keyed(x, key, where))
   }
   pageshare_stop("share_type", paste0("`", where, "`"), describe_type(x))
 }
 
-# A vector's attributes as a segment stores them (NULL for none).
+# share(x, key = "name") of a list (a data frame): each element under its
+# content key, and the list of those keys, with x's attributes, under `key`
+# (see columns_mark), so that shared_by_key("name") in R or Python finds it.
+share_columns_keyed <- function(x, key, where) {
+  for (i in seq_along(x)) {
+    if (!is_shareable_vector(x[[i]])) {
+      pageshare_stop("list_key", paste0("`", where, "` (its element ", i, " is not a vector)"))
+    }
+  }
+  views <- lapply(seq_along(x), function(i) share_keyed(x[[i]], TRUE, paste0(where, "[[", i, "]]")))
+  keys <- vapply(views, function(v) content_key(v), "")
+  manifest <- keys
+  manifest_attrs <- c(attributes(x)[setdiff(names(attributes(x)), "names")],
+                      list(names = names(x)), stats::setNames(list(TRUE), columns_mark))
+  # (automatic row names as R keeps them, c(NA, -n), not n integers)
+  if (is.data.frame(x)) manifest_attrs$row.names <- .row_names_info(x, 0L)
+  blob <- serialize(manifest_attrs, NULL, xdr = FALSE, version = 2L)
+  sync_shared_budget()
+  .Call(ps_share_keyed, manifest, NULL, blob, key, segment_dir(), FALSE,
+        as.double(pageshare_option("pageshare.key_wait")))
+  out <- views
+  attributes(out) <- attributes(x)
+  out
+}
+
+# A vector's attributes as a segment stores them (NULL for none). Version 2
+# of the format writes every value as plain data (version 3 may write an
+# ALTREP object's class and state instead, which only R reads), so that
+# Python's pageshare (python/) can read dims, names and levels.
 attributes_blob <- function(x) {
   attrs <- attributes(x)
-  if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE)
+  if (is.null(attrs)) NULL else serialize(attrs, NULL, xdr = FALSE, version = 2L)
 }
 
 # The attributes of `x` as a content key hashes them (see

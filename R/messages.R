@@ -64,7 +64,7 @@ pageshare_messages <- list(
   map_seed = "`.seed` must be FALSE, TRUE, a single number or an L'Ecuyer-CMRG .Random.seed (7 integers), not %s",
   need_progressr = "`.progress = TRUE` needs the package progressr; install it first",
   bad_key = "`key` must be a single non-empty string or TRUE (a content key), not %s",
-  list_key = "%s is a list: a key given as a string names one vector; use key = TRUE to share each element under its content key",
+  list_key = "%s: under a key given as a string, a list (a data frame) is shared element by element, and every element must be a vector; use key = TRUE to share each element under its content key",
   missing_argument = "`%s` is missing, with no default: %s() needs it (see ?%s for what it must be)",
   name_too_long = "`%s` must be a name of at most %d bytes (the longest name pageshare's index can hold), not a string of %s bytes",
   namespace_arg = "`NAMESPACE` must be NULL or a single non-empty string naming a namespace, not %s",

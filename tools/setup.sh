@@ -15,7 +15,8 @@ packages=(r-base-dev r-cran-testthat r-cran-callr r-cran-ps r-cran-future r-cran
           r-cran-bench r-cran-data.table r-cran-tibble r-cran-runit r-cran-roxygen2
           r-cran-knitr r-cran-rmarkdown r-cran-parallelly r-cran-globals r-cran-future.batchtools
           r-cran-matrix r-cran-r6 qpdf tidy
-          libjemalloc2)   # tests: the page handover is off, said once, under LD_PRELOAD of jemalloc
+          libjemalloc2    # tests: the page handover is off, said once, under LD_PRELOAD of jemalloc
+          python3 python3-venv python3-pip)   # tools/test-python.sh: the Python module (python/)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

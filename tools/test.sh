@@ -3,7 +3,8 @@
 # callers (tools/check-entry-points.R), the Rust core without R (cargo test: unit + proptest; cargo
 # fmt --check and cargo clippy -D warnings must pass too), then
 # the R package's testthat suite against the installed package, then the code
-# blocks of README and of the Getting-started vignette. Fails if a
+# blocks of README and of the Getting-started vignette, then the Python
+# module's tests (tools/test-python.sh; skipped without python3-venv). Fails if a
 # test fails or if the run left anything of pageshare behind: a process that
 # still holds a segment (memfd), an index entry, or a file in /dev/shm.
 set -uo pipefail
@@ -72,6 +73,9 @@ TMPDIR="$test_tmp" Rscript tools/run-r-tests.R
 r_status=$?
 echo "== README's and Getting started's code, as written"
 TMPDIR="$test_tmp" Rscript tools/run-doc-examples.R || r_status=1
+echo "== Python: pip install ./python in a venv, pytest (round trips with the R just installed)"
+py_status=0
+TMPDIR="$test_tmp" bash tools/test-python.sh || py_status=1
 
 after=$(pageshare_leftovers | sort)
 leaked=$(comm -13 <(echo "$before") <(echo "$after") | grep .)
@@ -87,4 +91,4 @@ if [ -n "$leaked" ]; then
   r_status=1
 fi
 rm -rf "$test_tmp"
-[ "$table_status" -eq 0 ] && [ "$cargo_status" -eq 0 ] && [ "$r_status" -eq 0 ]
+[ "$table_status" -eq 0 ] && [ "$cargo_status" -eq 0 ] && [ "$r_status" -eq 0 ] && [ "$py_status" -eq 0 ]

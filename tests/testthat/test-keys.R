@@ -77,6 +77,27 @@ test_that("a process that did not start the sharer reads its keyed object in pla
   expect_false(release_key("small"))
 })
 
+test_that("a data frame under a key given by hand: each column a view, found by another process, released together", {
+  skip_on_cran()
+  dir <- local_key_dir()
+  df <- data.frame(x = as.double(1:1000), n = 1:1000, f = factor(rep(c("a", "b"), 500)),
+                   s = rep(c("u", NA), 500), stringsAsFactors = FALSE)
+  pid <- local_sharer(dir, c(sprintf("df <- share(%s, key = 'frame')", paste(deparse(df), collapse = "")),
+                             "m <- share(matrix(as.double(1:6), 2), key = 'matrix')"))
+  got <- shared_by_key("frame")
+  expect_identical(got, df)
+  expect_true(all(vapply(got, is_shared, NA)))
+  expect_identical(shared_by_key("matrix"), matrix(as.double(1:6), 2))
+  # the columns are held under their content keys, and let go of with the frame
+  held <- function() vapply(names(got), function(n) release_key(content_key(got[[n]])), NA)
+  expect_true(release_key("frame"))
+  expect_false(any(held()))    # (nothing left to release: release_key("frame") let go of them)
+  expect_true(release_key("matrix"))
+  # a list whose elements are not all vectors is refused under a key given by hand
+  e <- tryCatch(share(list(1, list(2)), key = "nested"), error = function(e) e)
+  expect_s3_class(e, "pageshare_error")
+})
+
 test_that("the same data shared under a key another process holds: its pages are handed over, one copy", {
   skip_on_cran()
   skip_if_not(isTRUE(pageshare:::page_handover_enabled()), "the page handover is off here (another malloc?)")
@@ -148,8 +169,8 @@ test_that("content keys: the same data found by their contents, checked when ret
   l <- share(list(a = as.double(1:1e5), b = letters), key = TRUE)
   expect_true(all(vapply(l, is_shared, TRUE)))
   expect_identical(shared_by_key(content_key(letters)), letters)
-  e <- tryCatch(share(list(a = 1), key = "one"), error = function(e) e)
-  expect_s3_class(e, "pageshare_bad_argument")
+  e <- tryCatch(share(list(a = 1, f = sum), key = "one"), error = function(e) e)
+  expect_s3_class(e, "pageshare_error")
   e <- tryCatch(share(1:3, key = "content:nothex"), error = function(e) e)
   expect_s3_class(e, "pageshare_bad_argument")
   e <- tryCatch(share(1:3, key = NA_character_), error = function(e) e)

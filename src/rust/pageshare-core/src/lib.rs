@@ -16,6 +16,8 @@
 //! - [`handle`]: the few bytes a view serializes to inside a dispatch scope.
 //! - [`strings`]: the packed layout of character vectors.
 //! - [`content`]: content keys (a hash of what a vector holds).
+//! - [`keys`]: keyed sharing (one copy per host, found by its key), for every front end.
+//! - [`rserialize`]: the subset of R's serialization format that attribute blobs use.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod content;
@@ -23,10 +25,12 @@ pub mod error;
 pub mod handle;
 pub mod header;
 pub mod index;
+pub mod keys;
 pub mod locator;
 pub mod naming;
 pub mod os;
 pub mod registry;
+pub mod rserialize;
 pub mod segment;
 pub mod strings;
 
