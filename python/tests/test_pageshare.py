@@ -1,5 +1,6 @@
 """pageshare from Python: round trips with R, zero copy, errors, kill -9, other users."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 import pageshare
 from pageshare import _core
 
-from conftest import PYTHON, RHolder, memfd_holders, memfds, needs_r, rscript, status_kb
+from conftest import PYTHON, RHolder, memfd_holders, memfd_mappers, memfds, needs_r, rscript, status_kb
 
 MB = 1 << 20
 
@@ -231,6 +232,42 @@ def test_kill_9_of_a_python_holder_leaves_nothing(key):
     assert memfd_holders(ident) == []
     # no live entry, and the next process that looks sweeps the stale one
     assert not [n for n in _core.live_names(pageshare._dir()) if key in n]
+    _core.sweep(pageshare._dir())
+    index = f"{pageshare._dir()}/pageshare-{os.getuid()}"
+    assert not [f for f in os.listdir(index) if key in f]
+    with pytest.raises(pageshare.NotRegistered):
+        pageshare.shared_by_key(key)
+
+
+@needs_r
+def test_kill_9_of_an_r_holder_while_python_reads(key):
+    n = 1 << 20
+    r = RHolder(f'X <- share(as.double(seq_len({n})), key = "{key}"); cat(Sys.getpid(), "\\n")')
+    try:
+        rpid = int(r.output.split()[0])
+        (ident,) = memfds(rpid)  # the one segment R holds
+        X = pageshare.shared_by_key(key)
+        assert X[0] == 1 and X[-1] == n
+        assert os.getpid() in memfd_mappers(ident) and rpid in memfd_holders(ident)
+    finally:
+        r.proc.send_signal(signal.SIGKILL)
+        r.proc.wait()
+        r.close()
+    deadline = time.time() + 10
+    while rpid in memfd_holders(ident) + memfd_mappers(ident) and time.time() < deadline:
+        time.sleep(0.1)
+    # R is gone; this process's own mapping (and descriptor) hold the pages
+    assert rpid not in memfd_holders(ident) + memfd_mappers(ident)
+    assert set(memfd_holders(ident) + memfd_mappers(ident)) == {os.getpid()}
+    assert X.sum() == n * (n + 1) / 2
+    # R's entry is stale: swept; this process may still list the key as its own
+    _core.sweep(pageshare._dir())
+    assert not [name for name in _core.live_names(pageshare._dir()) if key in name and str(rpid) in name]
+    del X
+    gc.collect()
+    pageshare.release_key(key)
+    assert memfd_holders(ident) == [] and memfd_mappers(ident) == []
+    assert not [name for name in _core.live_names(pageshare._dir()) if key in name]
     _core.sweep(pageshare._dir())
     index = f"{pageshare._dir()}/pageshare-{os.getuid()}"
     assert not [f for f in os.listdir(index) if key in f]
