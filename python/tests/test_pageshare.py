@@ -155,6 +155,36 @@ def test_r_matrix_is_read_without_a_copy(key):
         assert anon * 1024 < 0.05 * X.nbytes, f"anonymous memory grew by {anon} kB while reading"
 
 
+@needs_r
+def test_r_data_frame_of_numeric_columns_is_read_without_a_copy(key):
+    n = 500_000  # 6 double and 3 integer columns: 30 MB
+    code = f"""
+    n <- {n}
+    cols <- c(lapply(1:6, function(j) as.double(seq_len(n)) * j), lapply(1:3, function(j) seq_len(n) + j))
+    names(cols) <- c(paste0("d", 1:6), paste0("i", 1:3))
+    df <- share(structure(cols, class = "data.frame", row.names = c(NA, -n)), key = "{key}")
+    """
+    with RHolder(code):
+        anon0 = status_kb("RssAnon")
+        d = pageshare.shared_by_key(key)
+        assert list(d) == [f"d{j}" for j in range(1, 7)] + [f"i{j}" for j in range(1, 4)]
+        nbytes = sum(a.nbytes for a in d.values())
+        assert nbytes == n * (6 * 8 + 3 * 4)
+        for j in range(1, 7):
+            assert d[f"d{j}"].dtype == np.float64 and not d[f"d{j}"].flags.writeable
+            assert d[f"d{j}"].sum() == j * n * (n + 1) / 2
+        for j in range(1, 4):
+            assert d[f"i{j}"].dtype == np.int32
+            assert d[f"i{j}"].sum(dtype=np.int64) == n * (n + 1) // 2 + j * n
+        anon = status_kb("RssAnon") - anon0
+        assert anon * 1024 < 0.05 * nbytes, f"anonymous memory grew by {anon} kB while reading the columns"
+        pa = pytest.importorskip("pyarrow")
+        t = pageshare.shared_by_key(key, arrow=True)
+        for name, a in d.items():
+            # the Table's columns are the same pages
+            assert t.column(name).chunk(0).buffers()[1].address == a.__array_interface__["data"][0]
+
+
 # ---------------------------------------------------------------- Python -> R
 
 
