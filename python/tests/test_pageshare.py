@@ -2,6 +2,7 @@
 
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -272,9 +273,11 @@ def test_kill_9_of_a_python_holder_leaves_nothing(key):
 @needs_r
 def test_kill_9_of_an_r_holder_while_python_reads(key):
     n = 1 << 20
-    r = RHolder(f'X <- share(as.double(seq_len({n})), key = "{key}"); cat(Sys.getpid(), "\\n")')
+    r = RHolder(f'X <- share(as.double(seq_len({n})), key = "{key}"); cat(Sys.getpid(), tempdir(), "\\n")')
+    rtmp = None
     try:
-        rpid = int(r.output.split()[0])
+        rpid, rtmp = r.output.split()[:2]
+        rpid = int(rpid)
         (ident,) = memfds(rpid)  # the one segment R holds
         X = pageshare.shared_by_key(key)
         assert X[0] == 1 and X[-1] == n
@@ -283,6 +286,8 @@ def test_kill_9_of_an_r_holder_while_python_reads(key):
         r.proc.send_signal(signal.SIGKILL)
         r.proc.wait()
         r.close()
+        if rtmp:
+            shutil.rmtree(rtmp, ignore_errors=True)  # (R killed leaves its session's temporary directory)
     deadline = time.time() + 10
     while rpid in memfd_holders(ident) + memfd_mappers(ident) and time.time() < deadline:
         time.sleep(0.1)
