@@ -56,7 +56,15 @@ echo 'Acquire::Check-Valid-Until "false";' >"$root/etc/apt/apt.conf.d/99pageshar
 keep="$root/var/cache/pageshare"
 mkdir -p "$keep/target" "$keep/src-target" "$root/work"
 work=$(mktemp -d "$root/work/pageshare.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work" "$work.ca.crt"' EXIT
+# HTTPS from inside trusts what this machine trusts (pip, cargo: a machine
+# behind a proxy with a CA of its own): a copy of the host's CA bundle beside
+# the work tree, removed with it; the root's own store is left as it is.
+ca=""
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  cp /etc/ssl/certs/ca-certificates.crt "$work.ca.crt"
+  ca=${work#"$root"}.ca.crt
+fi
 tar -C "$repo" --exclude=./.git --exclude=./target --exclude=./src/rust/target \
     --exclude='*.o' --exclude='*.so' --exclude='*.Rcheck' --exclude='pageshare_*.tar.gz' -cf - . |
   tar -C "$work" -xf -
@@ -65,7 +73,7 @@ mkdir -p "$work/target" "$work/src/rust/target"
 # Inside a private mount namespace: bind what the command needs, then chroot.
 # shellcheck disable=SC2016
 unshare --mount --propagation private bash -euo pipefail -c '
-  root=$1; work=$2; keep=$3; shift 3
+  root=$1; work=$2; keep=$3; ca=$4; shift 4
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
@@ -76,6 +84,7 @@ unshare --mount --propagation private bash -euo pipefail -c '
   mount --bind "$keep/target" "$work/target"
   mount --bind "$keep/src-target" "$work/src/rust/target"
   exec chroot "$root" /usr/bin/env -i HOME="$HOME" TERM="${TERM:-dumb}" CI="${CI:-}" \
+    ${ca:+SSL_CERT_FILE="$ca" PIP_CERT="$ca" CARGO_HTTP_CAINFO="$ca"} \
     PATH="$HOME/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
     LANG=C.UTF-8 bash -c "cd \"\$0\" && exec \"\$@\"" "${work#"$root"}" "$@"
-' bash "$root" "$work" "$keep" "$@"
+' bash "$root" "$work" "$keep" "$ca" "$@"

@@ -21,12 +21,25 @@ if [ -z "$py" ] || ! "$py" -m venv "$venv" >/dev/null 2>&1; then
 fi
 echo "   $("$venv/bin/python" --version), venv in $venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
-if ! "${pip[@]}" install ./python pytest numpy; then
+# numpy, pyarrow and pandas as wheels only: a Python too new for their wheels
+# says so at once instead of compiling them for many minutes (or failing to).
+if ! "${pip[@]}" install --only-binary numpy ./python pytest numpy; then
   echo "Python: pip install ./python failed (above)"
   exit 1
 fi
 # (optional: the tests of tables skip themselves without them)
-"${pip[@]}" install pyarrow pandas || echo "   (pyarrow or pandas not installable here: their tests are skipped)"
+"${pip[@]}" install --only-binary pyarrow,pandas pyarrow pandas ||
+  echo "   (no pyarrow or pandas wheel for this Python: their tests are skipped)"
+"$venv/bin/python" - <<'PY'
+import importlib
+found = []
+for name in ("numpy", "pyarrow", "pandas"):
+    try:
+        found.append(f"{name} {importlib.import_module(name).__version__}")
+    except ImportError:
+        found.append(f"no {name}")
+print("   " + ", ".join(found))
+PY
 # From the venv's folder: the checkout's python/pageshare (no compiled module)
 # must not shadow the installed package.
 cd "$venv" && "$venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$repo/python/tests"

@@ -125,3 +125,20 @@ def memfd_holders(ident):
 
 
 PYTHON = sys.executable
+
+
+def memfd_mappers(ident):
+    """The pids of every process that maps the pageshare memfd `ident` ((device, inode)):
+    a mapping holds the memfd's pages as a descriptor does, without one."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith("/memfd:pageshare") and int(fields[4]) == ident[1]:
+                        out.append(int(pid))
+                        break
+        except (OSError, ValueError):
+            continue
+    return out

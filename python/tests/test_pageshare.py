@@ -1,6 +1,8 @@
 """pageshare from Python: round trips with R, zero copy, errors, kill -9, other users."""
 
+import gc
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -12,7 +14,7 @@ import pytest
 import pageshare
 from pageshare import _core
 
-from conftest import PYTHON, RHolder, memfd_holders, memfds, needs_r, rscript, status_kb
+from conftest import PYTHON, RHolder, memfd_holders, memfd_mappers, memfds, needs_r, rscript, status_kb
 
 MB = 1 << 20
 
@@ -154,6 +156,36 @@ def test_r_matrix_is_read_without_a_copy(key):
         assert anon * 1024 < 0.05 * X.nbytes, f"anonymous memory grew by {anon} kB while reading"
 
 
+@needs_r
+def test_r_data_frame_of_numeric_columns_is_read_without_a_copy(key):
+    n = 500_000  # 6 double and 3 integer columns: 30 MB
+    code = f"""
+    n <- {n}
+    cols <- c(lapply(1:6, function(j) as.double(seq_len(n)) * j), lapply(1:3, function(j) seq_len(n) + j))
+    names(cols) <- c(paste0("d", 1:6), paste0("i", 1:3))
+    df <- share(structure(cols, class = "data.frame", row.names = c(NA, -n)), key = "{key}")
+    """
+    with RHolder(code):
+        anon0 = status_kb("RssAnon")
+        d = pageshare.shared_by_key(key)
+        assert list(d) == [f"d{j}" for j in range(1, 7)] + [f"i{j}" for j in range(1, 4)]
+        nbytes = sum(a.nbytes for a in d.values())
+        assert nbytes == n * (6 * 8 + 3 * 4)
+        for j in range(1, 7):
+            assert d[f"d{j}"].dtype == np.float64 and not d[f"d{j}"].flags.writeable
+            assert d[f"d{j}"].sum() == j * n * (n + 1) / 2
+        for j in range(1, 4):
+            assert d[f"i{j}"].dtype == np.int32
+            assert d[f"i{j}"].sum(dtype=np.int64) == n * (n + 1) // 2 + j * n
+        anon = status_kb("RssAnon") - anon0
+        assert anon * 1024 < 0.05 * nbytes, f"anonymous memory grew by {anon} kB while reading the columns"
+        pa = pytest.importorskip("pyarrow")
+        t = pageshare.shared_by_key(key, arrow=True)
+        for name, a in d.items():
+            # the Table's columns are the same pages
+            assert t.column(name).chunk(0).buffers()[1].address == a.__array_interface__["data"][0]
+
+
 # ---------------------------------------------------------------- Python -> R
 
 
@@ -231,6 +263,46 @@ def test_kill_9_of_a_python_holder_leaves_nothing(key):
     assert memfd_holders(ident) == []
     # no live entry, and the next process that looks sweeps the stale one
     assert not [n for n in _core.live_names(pageshare._dir()) if key in n]
+    _core.sweep(pageshare._dir())
+    index = f"{pageshare._dir()}/pageshare-{os.getuid()}"
+    assert not [f for f in os.listdir(index) if key in f]
+    with pytest.raises(pageshare.NotRegistered):
+        pageshare.shared_by_key(key)
+
+
+@needs_r
+def test_kill_9_of_an_r_holder_while_python_reads(key):
+    n = 1 << 20
+    r = RHolder(f'X <- share(as.double(seq_len({n})), key = "{key}"); cat(Sys.getpid(), tempdir(), "\\n")')
+    rtmp = None
+    try:
+        rpid, rtmp = r.output.split()[:2]
+        rpid = int(rpid)
+        (ident,) = memfds(rpid)  # the one segment R holds
+        X = pageshare.shared_by_key(key)
+        assert X[0] == 1 and X[-1] == n
+        assert os.getpid() in memfd_mappers(ident) and rpid in memfd_holders(ident)
+    finally:
+        r.proc.send_signal(signal.SIGKILL)
+        r.proc.wait()
+        r.close()
+        if rtmp:
+            shutil.rmtree(rtmp, ignore_errors=True)  # (R killed leaves its session's temporary directory)
+    deadline = time.time() + 10
+    while rpid in memfd_holders(ident) + memfd_mappers(ident) and time.time() < deadline:
+        time.sleep(0.1)
+    # R is gone; this process's own mapping (and descriptor) hold the pages
+    assert rpid not in memfd_holders(ident) + memfd_mappers(ident)
+    assert set(memfd_holders(ident) + memfd_mappers(ident)) == {os.getpid()}
+    assert X.sum() == n * (n + 1) / 2
+    # R's entry is stale: swept; this process may still list the key as its own
+    _core.sweep(pageshare._dir())
+    assert not [name for name in _core.live_names(pageshare._dir()) if key in name and str(rpid) in name]
+    del X
+    gc.collect()
+    pageshare.release_key(key)
+    assert memfd_holders(ident) == [] and memfd_mappers(ident) == []
+    assert not [name for name in _core.live_names(pageshare._dir()) if key in name]
     _core.sweep(pageshare._dir())
     index = f"{pageshare._dir()}/pageshare-{os.getuid()}"
     assert not [f for f in os.listdir(index) if key in f]
