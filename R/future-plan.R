@@ -190,8 +190,10 @@ attr(shm_multisession, "factory") <- function(workers = pageshare::default_worke
                                               rscript_libs = .libPaths(), rscript_args = NULL, ...,
                                               lazy = NULL, envir = NULL) {
   # `lazy` and `envir` are shm_multisession()'s own (future passes the plan
-  # function's formals on); they are no backend fields.
-  workers <- check_future_workers(workers)
+  # function's formals on); they are no backend fields. (The pool's workers
+  # hold no R connection: their number is the pool's rule, not R's 125
+  # connections.)
+  workers <- check_future_workers(workers, pool = TRUE)
   check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
   if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
   # (future.globals.maxSize is left alone: from future 1.40 on, a backend has
@@ -210,8 +212,11 @@ attr(shm_multisession, "factory") <- function(workers = pageshare::default_worke
 future_export <- function(name) getExportedValue("future", name)
 
 # `workers` (a number or a function returning one, as future allows) checked
-# by the rule of every front door, keeping a class such as "AsIs".
-check_future_workers <- function(workers) {
+# by the rule of every front door, keeping a class such as "AsIs": with
+# `pool`, the pool's (pool_worker_count()), else that of workers that each
+# hold one of this session's R connections.
+check_future_workers <- function(workers, pool = FALSE) {
   if (is.function(workers)) workers <- workers()
-  structure(check_worker_count(workers, "workers"), class = class(workers))
+  n <- if (pool) pool_worker_count(workers, "workers") else check_worker_count(workers, "workers")
+  structure(n, class = class(workers))
 }

@@ -46,7 +46,7 @@ pageshare_messages <- list(
   received_handle = "worker process %d could not open %d shared object(s) sent to it, so the task did not run: %s. The worker is fine and runs the next task; share the object again (a view whose owner has released it cannot be sent)",
   received_handle_denied = "worker process %d could not open %d shared object(s) sent to it, so the task did not run: %s. The worker is fine and runs the next task; a worker must run as the same user as the process that shared the data, and be allowed to read its /proc/<pid>/fd",
   too_many_workers = "`%s` = %d workers on the %d CPU cores this R session may use would load them to %s, above the %s limit of %s that option %s sets (parallelly's rule for workers on this machine: by default a warning above 100%%, an error above 300%%). Use fewer workers, or allow more, e.g. options(%s = %s), or give the count as I(n)",
-  pool_size = "`%s` must be a whole number of workers from 1 to 4096, not %s",
+  pool_size = "`%s` must be a whole number of worker processes from 1 to 4096 (the most the pool starts), not %s",
   not_task = "`task` must be a task returned by shm_call(), not %s",
   task_timeout = "task %s gave no value within `timeout` = %s seconds; it goes on running: wait again with shm_value(), or check with shm_resolved()",
   everywhere_names = "the values in `...` of shm_everywhere() must all be named, each name once, e.g. shm_everywhere(f(x), x = x)",

@@ -140,3 +140,14 @@ test_that("the cores are counted once per session, not per worker count", {
   }
   expect_identical(calls, 0L)
 })
+
+test_that("shm_multisession on the pool is not bound by R's connections; on a cluster it is", {
+  skip_if_not_installed("parallelly")
+  many <- parallelly::freeConnections() + 25L
+  # (the pool's workers hold no R connection: future >= 1.40's backend)
+  expect_identical(unclass(pageshare:::check_future_workers(I(many), pool = TRUE)), many)
+  expect_s3_class(pageshare:::check_future_workers(I(many), pool = TRUE), "AsIs")
+  # (future < 1.40: each worker of multisession's cluster holds a connection)
+  expect_error(pageshare:::check_future_workers(I(many)), class = "pageshare_bad_argument")
+  expect_error(pageshare:::check_future_workers(I(5000), pool = TRUE), class = "pageshare_bad_argument")
+})
