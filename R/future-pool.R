@@ -173,8 +173,7 @@ future_pool_evaluate <- function(data, threshold) {
   genv <- globalenv()
   before <- names(genv)
   on.exit({
-    added <- names(genv)
-    added <- added[!added %in% c(before, ".Random.seed")]
+    added <- setdiff(names(genv), c(before, ".Random.seed"))
     if (length(added)) rm(list = added, envir = genv)
   }, add = TRUE)
   res <- evalFuture(data)
