@@ -59,6 +59,28 @@ test_that("n futures in flight run on n distinct workers", {
   unlink(dir, recursive = TRUE)
 })
 
+test_that("values larger than a ring, polled by resolved(), and split() pieces through future_lapply()", {
+  # resolved() reads without waiting: a value streaming through its ring must
+  # survive polls that end in its middle (a worker was reported dead and the
+  # next call hung on a damaged ring before).
+  local_pool_plan(workers = 2)
+  pids <- pageshare:::shm_pool$pids
+  value_of <- function(i) lapply(seq_len(2e5), function(k) k + i)
+  for (round in 1:3) {
+    fs <- lapply(1:2, function(i) future::future(value_of(i)))
+    while (!all(vapply(fs, future::resolved, NA))) NULL
+    for (i in 1:2) expect_identical(future::value(fs[[i]]), value_of(i))
+  }
+  skip_if_not_installed("future.apply")
+  set.seed(42)
+  n <- 2e5
+  df <- data.frame(g = sample(20L, n, TRUE), x = rnorm(n), y = runif(n))
+  pieces <- split(df, df$g)
+  got <- future.apply::future_lapply(pieces, function(p) list(piece = p))
+  expect_identical(got, lapply(pieces, function(p) list(piece = p)))
+  expect_identical(pageshare:::shm_pool$pids, pids)
+})
+
 test_that("kill -9 of a worker mid-future: FutureInterruptError; 20 futures and chunked calls run without plan() again", {
   skip_if_not_installed("future.apply")
   local_pool_plan(workers = 2)

@@ -24,6 +24,25 @@ test_that("a large value given to shm_everywhere() reaches the workers as shared
   for (g in got) expect_identical(g, c(shared = 1, sum = sum(big)))
 })
 
+test_that("replies larger than a ring arrive whole while shm_resolved() polls them", {
+  # shm_resolved() (and a future's resolved()) reads what has arrived without
+  # waiting: a reply that streams through its ring must survive polls that
+  # end in its middle, from two workers at once, without a worker replaced.
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  pids <- shm_status()$workers$pid
+  # (several MB serialized, no single vector near the sharing threshold: inline)
+  reply <- function(i) lapply(seq_len(2e5), function(k) k + i)
+  for (round in 1:3) {
+    tasks <- lapply(1:2, function(i) shm_call(reply, i))
+    polls <- 0L
+    while (!all(vapply(tasks, shm_resolved, NA))) polls <- polls + 1L
+    for (i in 1:2) expect_identical(shm_value(tasks[[i]]), reply(i))
+  }
+  expect_gt(polls, 0L)
+  expect_identical(shm_status()$workers$pid, pids)
+})
+
 test_that("a worker started after shm_everywhere() runs the set-up before its first task", {
   skip_on_cran()
   on.exit(stop_workers(), add = TRUE)

@@ -146,6 +146,10 @@ pub struct Pool {
     launch: Launch,
     workers: Vec<Option<Worker>>,
     next_scan: u64,
+    /// Per slot, a reply whose first frames were read by a receive that was
+    /// given up (a deadline, an interrupt) while its worker still wrote it:
+    /// its tag and bytes, continued by the next receive from that slot.
+    unfinished: Vec<Option<(u64, Vec<u8>)>>,
 }
 
 impl Pool {
@@ -164,8 +168,16 @@ impl Pool {
         let address = format!("pageshare-pool-{}-{}", os::pid(), hex(&random[SECRET_LEN..]));
         let listener = os::listen_abstract(&address).map_err(setup)?;
         listener.set_nonblocking(true).map_err(setup)?;
-        let mut pool =
-            Pool { region, listener, address, secret, launch, workers: (0..n).map(|_| None).collect(), next_scan: 0 };
+        let mut pool = Pool {
+            region,
+            listener,
+            address,
+            secret,
+            launch,
+            workers: (0..n).map(|_| None).collect(),
+            next_scan: 0,
+            unfinished: (0..n).map(|_| None).collect(),
+        };
         let all: Vec<u64> = (0..n).collect();
         pool.start_workers(&all)?; // (on error, dropping `pool` stops whatever started)
         Ok(pool)
@@ -190,6 +202,7 @@ impl Pool {
         for &slot in slots {
             self.region.tasks(slot).reset();
             self.region.results(slot).reset();
+            self.unfinished[slot as usize] = None;
             let mut cmd = Command::new(&self.launch.program);
             cmd.args(&self.launch.args)
                 .envs(self.launch.env.iter().map(|(k, v)| (k, v)))
@@ -402,11 +415,10 @@ impl Pool {
         let n = self.size();
         for k in 0..n {
             let slot = (self.next_scan + k) % n;
-            let ring = self.region.results(slot);
-            if ring.has_data() {
+            if self.region.results(slot).has_data() {
                 self.next_scan = (slot + 1) % n;
                 // (a message larger than the ring is read as its worker writes it)
-                let tag = ring.receive(out, Patience::default(), give_up)?;
+                let tag = self.receive_from(slot, out, Patience::default(), give_up)?;
                 return Ok(Some((slot, tag)));
             }
         }
@@ -431,7 +443,7 @@ impl Pool {
                 let closed = ring.is_closed();
                 if ring.has_data() {
                     self.next_scan = (slot + 1) % n;
-                    let tag = ring.receive(out, patience, give_up)?;
+                    let tag = self.receive_from(slot, out, patience, give_up)?;
                     return Ok(Received::Message { slot, tag });
                 }
                 if closed {
@@ -457,6 +469,29 @@ impl Pool {
         }
     }
 
+    /// Receives the next message of `slot`'s result ring into `out`, going on
+    /// with the one a receive given up before had begun (see
+    /// `Pool::unfinished`): a reply is never cut by the caller's patience.
+    fn receive_from(
+        &mut self,
+        slot: u64,
+        out: &mut Vec<u8>,
+        patience: Patience,
+        give_up: &mut dyn FnMut() -> Option<StopReason>,
+    ) -> Result<u64, RingError> {
+        out.clear();
+        let mut begun = None;
+        if let Some((tag, bytes)) = self.unfinished[slot as usize].take() {
+            *out = bytes;
+            begun = Some(tag);
+        }
+        let got = self.region.results(slot).resume(out, &mut begun, patience, give_up);
+        if let (Err(RingError::Stopped(_)), Some(tag)) = (&got, begun) {
+            self.unfinished[slot as usize] = Some((tag, std::mem::take(out)));
+        }
+        got
+    }
+
     /// What the worker in `slot` last wrote to its standard error.
     pub fn stderr_tail(&self, slot: u64) -> String {
         self.workers[slot as usize].as_ref().map(|w| tail_text(&w.stderr)).unwrap_or_default()
@@ -469,6 +504,7 @@ impl Pool {
         if let Some(w) = self.workers[slot as usize].take() {
             retire(vec![w]);
         }
+        self.unfinished[slot as usize] = None;
         self.region.tasks(slot).unread_tags()
     }
 

@@ -192,6 +192,9 @@ impl<'a> Ring<'a> {
     /// Receives one message into `out` (cleared first) and returns its tag.
     /// Waits (spin, then park on the ring's data doorbell) while it is empty;
     /// messages already published are delivered even after the ring closed.
+    /// A receive given up in the middle of a message loses the frames it read:
+    /// a consumer that may give up while frames still come uses
+    /// [`Ring::resume`].
     pub fn receive(
         &self,
         out: &mut Vec<u8>,
@@ -199,7 +202,22 @@ impl<'a> Ring<'a> {
         give_up: &mut dyn FnMut() -> Option<StopReason>,
     ) -> Result<u64, RingError> {
         out.clear();
-        let mut first_tag = None;
+        self.resume(out, &mut None, patience, give_up)
+    }
+
+    /// Receives the rest of a message whose first frames a receive given up
+    /// before has read (their payload in `out`, their tag in `begun`), or,
+    /// with `begun` None, a whole message appended to `out`. Given up (a
+    /// deadline, an interrupt, the ring closed) in the middle of a message,
+    /// `out` and `begun` hold what was read, to be passed to the next call:
+    /// no frame is lost and none is read twice.
+    pub fn resume(
+        &self,
+        out: &mut Vec<u8>,
+        begun: &mut Option<u64>,
+        patience: Patience,
+        give_up: &mut dyn FnMut() -> Option<StopReason>,
+    ) -> Result<u64, RingError> {
         loop {
             self.wait_for_data(patience, give_up)?;
             match self.take_frame(out)? {
@@ -207,14 +225,15 @@ impl<'a> Ring<'a> {
                 Some((tag, more, start)) => {
                     // (a message begins with its START frame and has no other:
                     // anything else is a message cut short, never half-read)
-                    if start != first_tag.is_none() {
+                    if start != begun.is_none() {
                         return Err(RingError::Corrupt("a message's frames are out of order"));
                     }
-                    let tag0 = *first_tag.get_or_insert(tag);
+                    let tag0 = *begun.get_or_insert(tag);
                     if tag != tag0 {
                         return Err(RingError::Corrupt("a message's frames carry different tags"));
                     }
                     if !more {
+                        *begun = None;
                         return Ok(tag);
                     }
                 }

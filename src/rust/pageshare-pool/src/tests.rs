@@ -58,6 +58,45 @@ fn a_message_larger_than_the_ring_streams_through_it() {
 }
 
 #[test]
+fn a_receive_given_up_mid_message_resumes_where_it_stopped() {
+    // The master polls with a deadline (a future's non-blocking resolved())
+    // while a worker streams a reply larger than the ring: every give-up
+    // after the first frames must leave them with the caller, not lose them.
+    let region = Region::create(1, CAP, &[]).unwrap();
+    let big: Vec<u8> = (0..60_000u32).map(|i| (i % 253) as u8).collect();
+    std::thread::scope(|s| {
+        let region = &region;
+        let sent = big.clone();
+        let writer = s.spawn(move || {
+            region.results(0).send(9, &sent, quick(), &mut never()).unwrap();
+            region.results(0).send(10, b"after", quick(), &mut never()).unwrap();
+        });
+        let mut out = Vec::new();
+        let mut begun = None;
+        let mut stops = 0;
+        let mut calls = 0u32;
+        let tag = loop {
+            // (gives up on every second check: many stops in the middle)
+            let mut give_up = || {
+                calls += 1;
+                calls.is_multiple_of(2).then_some(StopReason::TimedOut)
+            };
+            match region.results(0).resume(&mut out, &mut begun, quick(), &mut give_up) {
+                Ok(tag) => break tag,
+                Err(RingError::Stopped(StopReason::TimedOut)) => stops += 1,
+                Err(e) => panic!("{e:?} after {stops} stops"),
+            }
+        };
+        assert_eq!(tag, 9);
+        assert!(begun.is_none());
+        assert_eq!(out, big);
+        assert_eq!(region.results(0).receive(&mut out, quick(), &mut never()).unwrap(), 10);
+        assert_eq!(out, b"after");
+        writer.join().unwrap();
+    });
+}
+
+#[test]
 fn closing_wakes_a_parked_receiver_and_fails_a_sender() {
     let region = Region::create(1, CAP, &[]).unwrap();
     std::thread::scope(|s| {

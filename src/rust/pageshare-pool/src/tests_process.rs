@@ -138,6 +138,41 @@ fn workers_answer_on_their_slots_and_are_gone_after_stop() {
 }
 
 #[test]
+fn replies_larger_than_the_ring_arrive_whole_through_polls_that_give_up() {
+    // Two workers stream replies of many frames side by side while the
+    // master polls with a deadline that ends most of its waits in the middle
+    // of one: each reply still arrives whole, from its own slot.
+    let mut pool = Pool::start(2, 4096, worker_launch()).unwrap();
+    let bodies: Vec<Vec<u8>> = (0..2u8).map(|s| (0..300_000u32).map(|i| (i % 241) as u8 ^ s).collect()).collect();
+    for slot in 0..2 {
+        pool.send(slot, 200 + slot, &bodies[slot as usize], Patience::default(), &mut never()).unwrap();
+    }
+    let mut got = Vec::new();
+    let mut out = Vec::new();
+    let mut polls = 0u64;
+    while got.len() < 2 {
+        polls += 1;
+        // (a deadline already past: a wait for a frame not yet written ends after
+        // its first spins)
+        let mut give_up = || Some(StopReason::TimedOut);
+        match pool.receive_any(&mut out, Patience { spin: Duration::from_secs(1), ..Patience::default() }, &mut give_up)
+        {
+            Ok(Received::Message { slot, tag }) => {
+                assert_eq!(tag, 200 + slot);
+                assert!(out == bodies[slot as usize], "reply of slot {slot} arrived whole");
+                got.push(slot);
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(crate::ring::RingError::Stopped(StopReason::TimedOut)) => {}
+            Err(e) => panic!("{e:?} after {polls} polls"),
+        }
+    }
+    got.sort();
+    assert_eq!(got, vec![0, 1]);
+    pool.stop();
+}
+
+#[test]
 fn a_worker_that_dies_mid_task_is_reported_and_replaced() {
     let mut pool = Pool::start(2, 4096, worker_launch()).unwrap();
     let old = pool.pid(0);
