@@ -75,7 +75,8 @@ pageshare_messages <- list(
   future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)",
   future_worker_died = "Future (%s) of class %s failed for unknown reason while %s on 'localhost' (pid %s): the worker process of pageshare's pool died (killed, crashed, or ended by the out-of-memory killer); a new worker takes its place for the next future",
   future_worker_interrupted = "Future (%s) of class %s was %s while running on 'localhost' (pid %s): its worker process of pageshare's pool was ended; a new worker takes its place for the next future",
-  future_pool_failed = "Future (%s) could not be run on pageshare's pool: %s"
+  future_pool_failed = "Future (%s) could not be run on pageshare's pool: %s",
+  pack_out_of_order = "pageshare's walk met the small vectors of a chunk out of the order they were packed in (vector %d; please report this)"
 )
 
 # The kind of each message (the condition class is "pageshare_<kind>").
@@ -85,7 +86,7 @@ pageshare_message_kinds <- c(
   need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
   worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
-  pool_unknown_event = "internal",
+  pool_unknown_event = "internal", pack_out_of_order = "internal",
   need_progressr = "missing_package", task_timeout = "timeout", task_cancelled = "task_cancelled", setup_failed = "worker_setup",
   foreign_internal = "internal", received_handle = "segment_gone")
 

@@ -14,8 +14,12 @@
 #'    use the same directory.}
 #'  \item{`pageshare.threshold`}{(numeric bytes; env `PAGESHARE_THRESHOLD`;
 #'    default `1048576`, 1 MiB) Objects smaller than this travel by plain
-#'    serialization when the backends share automatically; [share()] itself
-#'    always shares.}
+#'    serialization when the backends share automatically, unless the
+#'    vectors of at least 512 bytes of one chunk (a global, an argument,
+#'    `X` of a map, a foreach iteration variable, with the lists inside it)
+#'    reach it together: those are then copied into one segment per type
+#'    (a type under 64 KiB in total stays plain) and sent as handles too.
+#'    [share()] itself always shares.}
 #'  \item{`pageshare.workers`}{(whole number; env `PAGESHARE_WORKERS`; unset by
 #'    default, which means `parallelly::availableCores()` when the pool starts
 #'    (it honours cgroup limits and CPU affinity), less what leaves 16

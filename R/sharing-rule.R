@@ -6,9 +6,13 @@
 # * a view is sent as itself (a handle), re-shared if written in place since;
 # * a logical, integer, double, complex, raw or character vector (with any
 #   attributes) whose data take at least `threshold` bytes is shared;
-# * small vectors of one list (below the threshold alone, together at least
+# * small vectors of one chunk (below the threshold alone, together at least
 #   the threshold; not character) are packed into one segment per type and
-#   sent as views of its slices (pack_small_leaves());
+#   sent as views of its slices (pack_chunk()): a chunk is a list the walk
+#   meets outside any other list (a global, an argument, X of a map, a
+#   foreach iteration column, a value bound in a closure's frame) with the
+#   lists inside it, so the pieces of split(df, g) that a chunk of
+#   future_lapply() carries are packed together;
 # * lists and data frames are walked (up to 50 levels), and so are the frames
 #   a closure carries when it is serialized (its environment and their parents
 #   up to the global environment, a namespace or a package): large values
@@ -82,6 +86,7 @@ share_walk <- function(x, state, depth = 0L, name = "") {
     add_view(state, v, name)
     return(v)
   }
+  if (!is.null(state$pack) && is_pack_leaf(x, state$threshold)) return(take_packed(x, state))
   if (is_shareable_vector(x)) {
     if (!is.null(state$failed) || data_bytes(x, state$threshold) < state$threshold) return(x)
     v <- tryCatch(share_value(x, "x"), pageshare_error = function(e) {
@@ -92,19 +97,27 @@ share_walk <- function(x, state, depth = 0L, name = "") {
     add_view(state, v, name)
     return(v)
   }
+  # (the frames of a closure, an environment and an S4 object's slots are
+  # walked as chunks of their own: see pack_chunk())
   if (typeof(x) == "closure") {
-    if (isTRUE(state$frames)) share_in_frames(environment(x), state, name)
+    if (isTRUE(state$frames)) outside_chunk(state, share_in_frames(environment(x), state, name))
     return(x)
   }
   # (an environment travels as a copy: its large values are swapped for views
   # while it is sent, as a closure's frames are; an R6 object is one)
   if (typeof(x) == "environment") {
-    if (isTRUE(state$frames)) share_in_frames(x, state, name)
+    if (isTRUE(state$frames)) outside_chunk(state, share_in_frames(x, state, name))
     return(x)
   }
-  if (typeof(x) == "S4") return(share_slots(x, state, depth, name))
+  if (typeof(x) == "S4") return(outside_chunk(state, share_slots(x, state, depth, name)))
   if (typeof(x) == "list" && !isS4(x) && depth < 50L && length(x) > 0L &&
-      isTRUE(.Call(ps_worth_walking, x, state$threshold))) {
+      (!is.null(state$pack) || isTRUE(.Call(ps_worth_walking, x, state$threshold)))) {
+    if (!isTRUE(state$in_chunk)) {
+      # (a chunk: its small vectors are packed first, then taken in the walk's order)
+      state$in_chunk <- TRUE
+      on.exit(for (f in pack_fields) assign(f, NULL, envir = state))
+      pack_chunk(x, state, depth, name)
+    }
     out <- NULL
     nms <- names(x)
     for (i in seq_along(x)) {
@@ -116,11 +129,6 @@ share_walk <- function(x, state, depth = 0L, name = "") {
         if (is.null(out)) out <- unclass(x)
         out[i] <- list(new)
       }
-    }
-    packed <- pack_small_leaves(if (is.null(out)) x else out, state, name)
-    if (length(packed)) {
-      if (is.null(out)) out <- unclass(x)
-      for (i in names(packed)) out[as.integer(i)] <- list(packed[[i]])
     }
     if (!is.null(out)) {
       attributes(out) <- attributes(x)
@@ -148,48 +156,112 @@ share_slots <- function(x, state, depth, name) {
   out
 }
 
-# Elements of a list below the threshold on their own but at least
-# `min_packed_bytes` (a handle costs about a hundred bytes), of the types that
-# pack (not character): when together they reach the threshold, those of each
-# type are copied into one segment and replaced by views of its slices (a list
-# of many columns, a data frame of many narrow columns, future.apply's chunks).
-# Returns the views by index, or NULL.
+# Packing (the rule above): the vectors of a chunk below the threshold on
+# their own but of at least `min_packed_bytes` (a handle costs about a
+# hundred bytes), of the types that pack (not character), not views. When
+# together they reach the threshold, those of each type are copied into one
+# segment and the walk replaces them by views of its slices: a list of many
+# columns, a data frame of many narrow columns, future.apply's chunks of
+# columns, and a chunk of split()'s pieces (a list of data frames of narrow
+# columns) travel as handles, at the cost of one segment, descriptor and
+# mapping per type and chunk. A type whose vectors take less than
+# `min_pack_segment_bytes` together is left plain: its bytes cost less to send
+# than a segment (a descriptor and a mapping in every process that reads
+# them) costs to keep.
 min_packed_bytes <- 512
+min_pack_segment_bytes <- 65536
 
-pack_small_leaves <- function(x, state, name = "") {
-  if (!is.null(state$failed)) return(NULL)
-  n <- length(x)
-  types <- character(n)
-  bytes <- numeric(n)
-  for (i in seq_len(n)) {
-    el <- .subset2(x, i)
-    if (is.character(el) || !is_shareable_vector(el) || is_shared(el)) next
-    b <- data_bytes(el)
-    if (b < min_packed_bytes || b >= state$threshold) next
-    types[i] <- typeof(el)
-    bytes[i] <- b
+is_pack_leaf <- function(x, threshold) {
+  is_shareable_vector(x) && !is.character(x) && !is_shared(x) && {
+    b <- data_bytes(x, threshold)
+    b >= min_packed_bytes && b < threshold
   }
-  if (sum(bytes) < state$threshold) return(NULL)
-  out <- list()
-  for (type in setdiff(unique(types), "")) {
+}
+
+# The vectors that packing may take in chunk `x` (a list met at `depth`), in
+# the order in which share_walk() meets them: the elements of the lists from
+# `x` down, up to the walk's depth of 50. (The walk descends into every list
+# of a chunk that packs, so that it meets each of them.)
+pack_leaves <- function(x, threshold, depth) {
+  found <- list()
+  for (i in seq_along(x)) {
+    el <- .subset2(x, i)
+    if (is.null(el) || is_shared(el)) next
+    if (is_pack_leaf(el, threshold)) {
+      found[[length(found) + 1L]] <- el
+    } else if (typeof(el) == "list" && !isS4(el) && depth + 1L < 50L && length(el) > 0L) {
+      found <- c(found, pack_leaves(el, threshold, depth + 1L))
+    }
+  }
+  found
+}
+
+# Packs the small vectors of chunk `x` (met at `depth`, found as `name`) when
+# together they reach the threshold: sets state$pack to their views in the
+# walk's order (NULL for a vector left plain), which take_packed() hands
+# out as the walk meets them.
+pack_chunk <- function(x, state, depth, name = "") {
+  state$pack <- NULL
+  if (!is.null(state$failed) ||
+      .Call(ps_packable_bytes, x, state$threshold, min_packed_bytes) < state$threshold) {
+    return(invisible())
+  }
+  leaves <- pack_leaves(x, state$threshold, depth)
+  types <- vapply(leaves, typeof, "")
+  bytes <- vapply(leaves, data_bytes, 0)
+  if (sum(bytes) < state$threshold) return(invisible())
+  views <- vector("list", length(leaves))
+  labels <- character(length(leaves))
+  for (type in unique(types)) {
     idx <- which(types == type)
-    if (length(idx) < 2L) next
-    leaves <- lapply(idx, function(i) .subset2(x, i))
+    if (sum(bytes[idx]) < min_pack_segment_bytes) next
     sync_shared_budget()
-    views <- tryCatch(
-      .Call(ps_share_packed, leaves, lapply(leaves, function(l) as.pairlist(attributes(l))),
+    packed <- tryCatch(
+      .Call(ps_share_packed, leaves[idx], lapply(leaves[idx], function(l) as.pairlist(attributes(l))),
             cache_limit()),
       pageshare_error = function(e) {
         state$failed <- e
         NULL
       })
-    if (is.null(views)) break
+    if (is.null(packed)) break
     arm_gc_hook()
-    for (v in views) add_view(state, v, sprintf("%s (%d small elements packed)", if (nzchar(name)) name else "a list", length(idx)))
-    out[as.character(idx)] <- views
+    views[idx] <- packed
+    labels[idx] <- sprintf("%s (%d small elements packed)", if (nzchar(name)) name else "a list", length(idx))
   }
-  out
+  state$pack <- views
+  state$pack_labels <- labels
+  state$pack_next <- 0L
+  state$pack_leaves <- leaves
+  invisible()
 }
+
+# The next view of the chunk's packing, for `x` (a vector of the chunk that
+# packing may take, met by the walk): its view, or `x` itself when its type
+# was left plain.
+take_packed <- function(x, state) {
+  k <- state$pack_next + 1L
+  state$pack_next <- k
+  # (the walk meets the vectors in pack_leaves()'s order; anything else is a bug)
+  # (identical() is TRUE at once for the same object)
+  if (k > length(state$pack) || !identical(x, state$pack_leaves[[k]])) pageshare_stop("pack_out_of_order", k)
+  v <- state$pack[[k]]
+  if (is.null(v)) return(x)
+  add_view(state, v, state$pack_labels[[k]])
+  v
+}
+
+# Evaluates `expr` (a walk of a closure's frames or of an S4 object's slots)
+# as a chunk of its own, outside the chunk being walked, which resumes after.
+outside_chunk <- function(state, expr) {
+  saved <- mget(pack_fields, envir = state, ifnotfound = list(NULL))
+  state$in_chunk <- FALSE
+  state$pack <- NULL
+  on.exit(for (f in pack_fields) assign(f, saved[[f]], envir = state))
+  expr
+}
+
+# The fields of a share_state() that describe the chunk being walked.
+pack_fields <- c("in_chunk", "pack", "pack_labels", "pack_next", "pack_leaves")
 
 # The frames a closure carries (its environment and their parents, up to 25,
 # until the global environment, a namespace or a package): large values bound

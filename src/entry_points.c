@@ -32,7 +32,7 @@
 /* name, number of arguments */
 #define RUST_ENTRY_POINTS(X)                                                                       \
   X(ps_share, 4) X(ps_share_packed, 3) X(ps_is_view, 1) X(ps_view_info, 1) X(ps_scope, 1)          \
-  X(ps_worth_walking, 2) X(ps_sweep, 1) X(ps_register, 7) X(ps_retrieve, 3)                        \
+  X(ps_worth_walking, 2) X(ps_packable_bytes, 3) X(ps_sweep, 1) X(ps_register, 7) X(ps_retrieve, 3)                        \
   X(ps_is_current, 4) X(ps_set_attributes, 2) X(ps_release, 2) X(ps_held, 0)                       \
   X(ps_mapped_stale, 0) X(ps_release_all, 0) X(ps_cache_size, 0) X(ps_cache_evict, 1)              \
   X(ps_disown, 1) X(ps_adopt, 1) X(ps_namespace_variables, 2)               \

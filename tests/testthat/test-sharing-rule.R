@@ -28,7 +28,9 @@ make_objects <- function() {
 }
 data_value <- big()
 
-expected <- c(vec = TRUE, chr = TRUE, small_leaves = TRUE, df_column = TRUE, df_small = FALSE,
+# (df$b is below the threshold, but the small vectors of `objs`, one chunk,
+# reach it together: packed with them)
+expected <- c(vec = TRUE, chr = TRUE, small_leaves = TRUE, df_column = TRUE, df_small = TRUE,
               closure_frame = TRUE, closure_value = TRUE)
 
 test_that("future, foreach and memLapply share the same objects", {
@@ -128,6 +130,89 @@ test_that("small vectors that reach the threshold together are packed into one s
   # a small list stays plain
   small <- lapply(1:10, function(i) runif(1000))
   expect_false(future::value(future::future(any(vapply(small, pageshare::is_shared, NA)))))
+})
+
+# split() of a data frame into pieces none of which reaches the threshold,
+# nor any of their columns: a chunk of pieces does, together.
+split_pieces <- function() {
+  set.seed(42)
+  n <- 2e5
+  df <- data.frame(g = sample(20L, n, TRUE), x = rnorm(n), y = runif(n))
+  split(df, df$g)          # 20 pieces of ~200 KB: 2 double columns and 1 integer column each
+}
+
+# What a worker sees of a piece: whether each column is a view, the segment
+# of each column, and the piece's values.
+piece_report <- function(p) {
+  list(shared = vapply(p, pageshare::is_shared, NA),
+       segments = vapply(p, function(v) if (pageshare::is_shared(v)) pageshare::shared_info(v)$name else "", ""),
+       value = list(sums = vapply(p, sum, 0), rows = rownames(p)[c(1, nrow(p))], piece = p))
+}
+
+test_that("the pieces of split() in one chunk are packed together, through every door", {
+  skip_if_not_installed("future.apply")
+  skip_if_not_installed("furrr")
+  pieces <- split_pieces()
+  expect_true(all(vapply(pieces, function(p) sum(vapply(p, function(v) length(v) * 8, 0)), 0) < 2^20))
+  future::plan(future::sequential)
+  expected <- lapply(future.apply::future_lapply(pieces, piece_report), `[[`, "value")
+  before <- segments_now()
+  `%dopar%` <- foreach::`%dopar%`
+  local_shm_plan()
+  got <- list(
+    future_lapply = future.apply::future_lapply(pieces, piece_report),
+    future_map = furrr::future_map(pieces, piece_report))
+  future::plan(future::sequential)
+  start_workers(2)
+  on.exit(stop_workers(), add = TRUE)
+  got$shm_map <- shm_map(pieces, piece_report)
+  got$memLapply <- memLapply(pieces, piece_report)
+  registerDoShm(cores = 2)
+  on.exit(foreach::registerDoSEQ(), add = TRUE)
+  got$foreach <- foreach::foreach(p = pieces, .export = "piece_report") %dopar% piece_report(p)
+  for (door in names(got)) {
+    r <- got[[door]]
+    # every column of every piece is a view in the worker
+    expect_true(all(vapply(r, function(x) all(x$shared), NA)), info = door)
+    # (foreach's list has no names)
+    expect_identical(lapply(r, `[[`, "value"), if (door == "foreach") unname(expected) else expected,
+                     info = door)
+    # one segment per type and chunk (each door cuts the 20 pieces into at
+    # most 2 chunks here, or sends X whole), not one per piece or per column
+    segments <- unique(unlist(lapply(r, `[[`, "segments")))
+    expect_lte(length(segments), 4L, label = door)
+  }
+  rm(got, r)
+  stop_workers()
+  clear_cache_and_gc()
+  expect_length(setdiff(segments_now(), before), 0L)   # (no segment of the chunks left)
+})
+
+test_that("a chunk packs what is below the threshold alone, and leaves small types and other chunks alone", {
+  local_shm_plan()
+  seen <- function(x) vapply(x, pageshare::is_shared, NA)
+  # 200 KB pieces of a list inside a list: together 2 MB
+  nested <- list(a = lapply(1:5, function(i) runif(25000)), b = list(list(runif(25000)), 1:10))
+  got <- future::value(future::future(list(seen(nested$a), seen(nested$b[[1]]), seen(nested$b[2]))))
+  expect_identical(got, list(rep(TRUE, 5), TRUE, FALSE))      # (1:10 is below 512 bytes)
+  # a type whose small vectors take less than 64 KiB together stays plain
+  mixed <- list(lapply(1:6, function(i) runif(25000)), lapply(1:3, function(i) rep(TRUE, 1000)))
+  got <- future::value(future::future(list(seen(mixed[[1]]), seen(mixed[[2]]))))
+  expect_identical(got, list(rep(TRUE, 6), rep(FALSE, 3)))
+  # two chunks below the threshold each are not packed together
+  half <- lapply(1:2, function(i) runif(50000))               # 800 KB
+  other <- lapply(1:2, function(i) runif(50000))
+  got <- future::value(future::future(c(seen(half), seen(other))))
+  expect_identical(got, rep(FALSE, 4))
+  # a closure's frame is a chunk of its own: its lists are packed, put back after
+  make <- function() {
+    parts <- lapply(1:6, function(i) runif(25000))
+    function() c(all(vapply(parts, pageshare::is_shared, NA)), sum(vapply(parts, sum, 0)))
+  }
+  f <- make()
+  expect_identical(future::value(future::future(list(f(), seen(nested$a)))),
+                   list(c(1, sum(vapply(environment(f)$parts, sum, 0))), rep(TRUE, 5)))
+  expect_false(any(vapply(environment(f)$parts, is_shared, NA)))
 })
 
 test_that("an argument given as an expression is shared once forced", {

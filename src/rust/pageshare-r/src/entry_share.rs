@@ -36,11 +36,12 @@ pub extern "C" fn ps_share_packed_rs(leaves: SEXP, attrs: SEXP, cache_limit: SEX
 /// Could walking `x` share anything: is `x`, or a list element at any depth
 /// (up to 50), a view, a received vector, or a vector of at least `threshold`
 /// data bytes (character: 8 bytes per element plus the text), or a list whose
-/// packable elements ([`packable_bytes`]) reach `threshold` together? A prefilter for
-/// the R-level walk, which costs ~10 us per element: a future_lapply chunk's
-/// list of 4000 indices took ~35 ms to walk, on the master for every future
-/// and on the worker for every result. May say yes where the walk then finds
-/// nothing; never says no where it would find something.
+/// packable elements at any depth ([`packable_bytes`]) reach `threshold`
+/// together? A prefilter for the R-level walk, which costs ~10 us per
+/// element: a future_lapply chunk's list of 4000 indices took ~35 ms to walk,
+/// on the master for every future and on the worker for every result. May say
+/// yes where the walk then finds nothing; never says no where it would find
+/// something.
 #[no_mangle]
 pub extern "C" fn ps_worth_walking_rs(x: SEXP, threshold: SEXP) -> SEXP {
     entry(|| {
@@ -75,7 +76,7 @@ pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool 
             SEXPTYPE::VECSXP => {
                 depth < 50
                     && ((0..n).any(|i| worth_walking(VECTOR_ELT(x, i), threshold, depth + 1))
-                        || packable_bytes(x) >= threshold)
+                        || packable_bytes(x, threshold, 0.0, depth, threshold) >= threshold)
             }
             // (the walk decides: an environment's bindings are listed there)
             SEXPTYPE::ENVSXP => true,
@@ -88,23 +89,54 @@ pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool 
     }
 }
 
-/// Data bytes of the elements of list `x` that can be packed together into one
-/// segment (ordinary logical, integer, double, complex and raw vectors).
-unsafe fn packable_bytes(x: SEXP) -> f64 {
+/// The R walk's chunk rule (R/sharing-rule.R, `pack_chunk()`): data bytes of
+/// the vectors in list `x` and in the lists inside it (up to depth 50, as the
+/// walk descends) that packing may take: ordinary logical, integer, double,
+/// complex and raw vectors, not views, of at least `min` and less than
+/// `threshold` bytes. Stops counting once `enough` is reached.
+#[no_mangle]
+pub extern "C" fn ps_packable_bytes_rs(x: SEXP, threshold: SEXP, min: SEXP) -> SEXP {
+    entry(|| {
+        let threshold = r_calls::as_real(threshold)?;
+        let min = r_calls::as_real(min)?;
+        // SAFETY: a .Call entry point: R's main thread, valid SEXPs.
+        let bytes = unsafe {
+            if TYPEOF(x) == SEXPTYPE::VECSXP {
+                packable_bytes(x, threshold, min, 0, f64::INFINITY)
+            } else {
+                0.0
+            }
+        };
+        scalar_real(bytes)
+    })
+}
+
+/// Data bytes of the packable vectors of list `x` at depth `depth` and of the
+/// lists inside it (see [`ps_packable_bytes_rs`]); stops once `enough` is reached.
+unsafe fn packable_bytes(x: SEXP, threshold: f64, min: f64, depth: u32, enough: f64) -> f64 {
     // SAFETY: x is a list; only its elements' types and lengths are read.
     unsafe {
-        (0..XLENGTH(x))
-            .map(|i| {
-                let el = VECTOR_ELT(x, i);
-                if view_of(el).is_some() {
-                    return 0.0;
+        let mut sum = 0.0;
+        for i in 0..XLENGTH(x) {
+            let el = VECTOR_ELT(x, i);
+            if view_of(el).is_some() {
+                continue;
+            }
+            if TYPEOF(el) == SEXPTYPE::VECSXP {
+                if depth + 1 < 50 {
+                    sum += packable_bytes(el, threshold, min, depth + 1, enough - sum);
                 }
-                match kind_of(el) {
-                    Ok(k) if k != Kind::Character => XLENGTH(el) as f64 * k.elem_size() as f64,
-                    _ => 0.0,
+            } else if let Ok(k) = kind_of(el) {
+                let b = XLENGTH(el) as f64 * k.elem_size() as f64;
+                if k != Kind::Character && b >= min && b < threshold {
+                    sum += b;
                 }
-            })
-            .sum()
+            }
+            if sum >= enough {
+                break;
+            }
+        }
+        sum
     }
 }
 
