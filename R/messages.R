@@ -59,6 +59,7 @@ pageshare_messages <- list(
   pool_out_of_step = "pageshare's pool is out of step: worker %d answered message %s where %s was due (please report this); stop_workers() starts afresh",
   pool_unknown_event = "pageshare's pool gave an event '%s' that this version of pageshare does not know (please report this); stop_workers() starts afresh",
   pool_worker_replaced = "worker process %s of pageshare's pool died while it was idle (killed, or ended by the out-of-memory killer); a new worker has taken its place",
+  pool_worker_damaged = "worker process %s of pageshare's pool wrote what no worker writes into its result ring (%s: its memory may be corrupted, or another process wrote into its pages); the pool ended it, what it was running failed, and a new worker takes its place",
   pool_worker_died = "worker process %s of pageshare's pool died while running %s of %s (killed, crashed, or ended by the out-of-memory killer); a new worker has taken its place",
   map_x = "`X` must be a vector or a list, not %s",
   map_seed = "`.seed` must be FALSE, TRUE, a single number or an L'Ecuyer-CMRG .Random.seed (7 integers), not %s",
@@ -85,7 +86,7 @@ pageshare_message_kinds <- c(
   worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
   worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
-  pool_worker_replaced = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
+  pool_worker_replaced = "worker_replaced", pool_worker_damaged = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",
   pool_unknown_event = "internal", pack_out_of_order = "internal",
   need_progressr = "missing_package", task_timeout = "timeout", task_cancelled = "task_cancelled", setup_failed = "worker_setup",
   foreign_internal = "internal", received_handle = "segment_gone")

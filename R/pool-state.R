@@ -153,7 +153,7 @@ pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
 pool_on_event <- function(ev) {
   switch(ev$event,
          reply = pool_on_reply(ev$what, ev$payload, ev$plain, ev$value, ev$relay),
-         died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting),
+         died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting, ev$damaged),
          interrupted = pool_interrupted(),
          out_of_step = pageshare_stop("pool_out_of_step", ev$slot, format(ev$tag), format(ev$expected)),
          condition = pool_on_condition(ev$payload),
@@ -257,8 +257,11 @@ pool_deliver <- function(what, reply) {
 # and job items go back to their jobs. One that died running nothing (killed
 # while idle, or by the out-of-memory killer) is named in a warning. Messages
 # `waiting` with no live worker left get new workers now.
-pool_on_death <- function(slot, pid, begun, unread, waiting) {
+pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "") {
   shm_pool$pids[slot] <- NA_integer_
+  # (a worker the pool ended for writing what no worker writes: said once,
+  # here; its tasks fail as a dead worker's do)
+  if (nzchar(damaged)) pageshare_warn("pool_worker_damaged", pid, damaged)
   # (a future's message goes to the worker it was sent to: R/future-pool.R;
   # one that worker never began fails as if it had)
   for (what in unread) {
@@ -267,7 +270,7 @@ pool_on_death <- function(slot, pid, begun, unread, waiting) {
   for (what in begun) pool_deliver(what, list(status = "died", pid = pid))
   cancelled <- pid %in% shm_pool$cancelled_pids   # (ended by shm_cancel())
   shm_pool$cancelled_pids <- setdiff(shm_pool$cancelled_pids, pid)
-  if (!length(begun) && !cancelled && !any(vapply(unread, is.environment, NA))) {
+  if (!nzchar(damaged) && !length(begun) && !cancelled && !any(vapply(unread, is.environment, NA))) {
     pageshare_warn("pool_worker_replaced", pid)
   }
   if (waiting && all(is.na(shm_pool$pids))) pool_fill_vacancies()

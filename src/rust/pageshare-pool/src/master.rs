@@ -215,32 +215,35 @@ impl<W> Master<W> {
         }
         let spin = if self.dispatch.busy_workers() < self.cores { self.spin } else { Duration::ZERO };
         let patience = Patience { spin, ..Patience::default() };
-        match self.pool.receive_any(buf, patience, give_up) {
-            Ok(Received::Message { slot, tag }) => {
-                let a = self.arrived(slot, tag, std::mem::take(buf))?;
-                self.given(a, give_up)
-            }
-            Ok(Received::Died { slot, pid }) => {
-                let unread: Vec<u64> = self
-                    .pool
-                    .vacate(slot)
-                    .into_iter()
-                    .filter_map(|t| Header::decode_task(t).ok())
-                    .map(|h| h.number)
-                    .collect();
-                let lost = self.dispatch.died(slot as usize, &unread);
-                self.send_waiting(give_up)?;
-                Ok(Event::Died {
-                    slot,
-                    pid,
-                    begun: lost.begun.into_iter().map(|s| s.what).collect(),
-                    unread: lost.unread.into_iter().map(|s| s.what).collect(),
-                    waiting: self.dispatch.waiting(),
-                })
-            }
-            Err(RingError::Stopped(StopReason::Interrupted)) => Ok(Event::Interrupted),
-            Err(RingError::Stopped(_)) => Ok(Event::TimedOut),
-            Err(RingError::Corrupt(why)) => Err(damaged("result", why)),
+        loop {
+            return match self.pool.receive_any(buf, patience, give_up) {
+                Ok(Received::Message { slot, tag }) => match self.arrived(slot, tag, std::mem::take(buf)) {
+                    Some(a) => self.given(a, give_up),
+                    None => continue, // (its worker was ended: its death comes next)
+                },
+                Ok(Received::Died { slot, pid, damaged }) => {
+                    let unread: Vec<u64> = self
+                        .pool
+                        .vacate(slot)
+                        .into_iter()
+                        .filter_map(|t| Header::decode_task(t).ok())
+                        .map(|h| h.number)
+                        .collect();
+                    let lost = self.dispatch.died(slot as usize, &unread);
+                    self.send_waiting(give_up)?;
+                    Ok(Event::Died {
+                        slot,
+                        pid,
+                        begun: lost.begun.into_iter().map(|s| s.what).collect(),
+                        unread: lost.unread.into_iter().map(|s| s.what).collect(),
+                        waiting: self.dispatch.waiting(),
+                        damaged,
+                    })
+                }
+                Err(RingError::Stopped(StopReason::Interrupted)) => Ok(Event::Interrupted),
+                Err(RingError::Stopped(_)) => Ok(Event::TimedOut),
+                Err(RingError::Corrupt(why)) => Err(damaged("result", why)),
+            };
         }
     }
 
@@ -316,13 +319,17 @@ impl<W> Master<W> {
     }
 
     /// The event of the message `tag` with `payload` from the worker in
-    /// `slot`, its reply recorded as answered.
-    fn arrived(&mut self, slot: u64, tag: u64, payload: Vec<u8>) -> Result<Event<W>, Damaged> {
-        let header = Header::decode_from_worker(tag).map_err(|e| damaged("result", e))?;
+    /// `slot`, its reply recorded as answered; None when the tag is none a
+    /// worker sends (the worker is ended for it: `Pool::condemn`).
+    fn arrived(&mut self, slot: u64, tag: u64, payload: Vec<u8>) -> Option<Event<W>> {
+        let Ok(header) = Header::decode_from_worker(tag) else {
+            self.pool.condemn(slot, "a reply's header is none a worker writes");
+            return None;
+        };
         if header.kind == Kind::Condition {
-            return Ok(Event::Condition { payload });
+            return Some(Event::Condition { payload });
         }
-        Ok(match self.dispatch.answered(slot as usize, header.number) {
+        Some(match self.dispatch.answered(slot as usize, header.number) {
             Ok(sent) => {
                 Event::Reply { what: sent.what, payload, plain: header.plain, value: header.value, relay: header.relay }
             }
@@ -340,9 +347,11 @@ impl<W> Master<W> {
             let mut payload = Vec::new();
             match self.pool.try_receive(&mut payload, give_up) {
                 Ok(Some((slot, tag))) => {
-                    let a = self.arrived(slot, tag, payload)?;
-                    self.dispatch_due = a.holds_handles();
-                    self.arrived.push_back(a);
+                    // (None: its worker was ended; its death is read next)
+                    if let Some(a) = self.arrived(slot, tag, payload) {
+                        self.dispatch_due = a.holds_handles();
+                        self.arrived.push_back(a);
+                    }
                 }
                 Ok(None) => break,
                 Err(RingError::Stopped(StopReason::Interrupted)) => return Ok(false),

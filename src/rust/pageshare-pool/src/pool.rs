@@ -64,8 +64,10 @@ impl std::fmt::Display for PoolError {
 pub enum Received {
     /// A message from the worker in `slot`, sent with `tag`.
     Message { slot: u64, tag: u64 },
-    /// The worker in `slot` (process `pid`) is gone, with nothing more to read.
-    Died { slot: u64, pid: u32 },
+    /// The worker in `slot` (process `pid`) is gone, with nothing more to
+    /// read. `damaged`: it did not die by itself; it wrote what no worker
+    /// writes into its result ring (why), and was ended for it.
+    Died { slot: u64, pid: u32, damaged: Option<&'static str> },
 }
 
 const STDERR_KEEP: usize = 4096;
@@ -135,6 +137,9 @@ struct Worker {
     stderr: StderrTail,
     /// Its death was reported by receive_any.
     death_reported: bool,
+    /// It wrote what no worker writes into its result ring (why): it was
+    /// killed and its ring is read no more (see `Pool::condemn`).
+    damaged: Option<&'static str>,
 }
 
 /// A running pool.
@@ -387,7 +392,8 @@ impl Pool {
                 return false;
             }
         };
-        self.workers[slot as usize] = Some(Worker { pid, socket, reaped, monitor, stderr, death_reported: false });
+        self.workers[slot as usize] =
+            Some(Worker { pid, socket, reaped, monitor, stderr, death_reported: false, damaged: None });
         true
     }
 
@@ -415,11 +421,15 @@ impl Pool {
         let n = self.size();
         for k in 0..n {
             let slot = (self.next_scan + k) % n;
-            if self.region.results(slot).has_data() {
+            if self.region.results(slot).has_data() && !self.is_condemned(slot) {
                 self.next_scan = (slot + 1) % n;
                 // (a message larger than the ring is read as its worker writes it)
-                let tag = self.receive_from(slot, out, Patience::default(), give_up)?;
-                return Ok(Some((slot, tag)));
+                match self.receive_from(slot, out, Patience::default(), give_up) {
+                    Ok(tag) => return Ok(Some((slot, tag))),
+                    // (its worker was ended: receive_any reports it)
+                    Err(RingError::Corrupt(_)) => continue,
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(None)
@@ -441,16 +451,19 @@ impl Pool {
                 // (closed is read first: a reply published just before the
                 // worker exited is then seen by has_data())
                 let closed = ring.is_closed();
-                if ring.has_data() {
+                if ring.has_data() && !self.is_condemned(slot) {
                     self.next_scan = (slot + 1) % n;
-                    let tag = self.receive_from(slot, out, patience, give_up)?;
-                    return Ok(Received::Message { slot, tag });
+                    match self.receive_from(slot, out, patience, give_up) {
+                        Ok(tag) => return Ok(Received::Message { slot, tag }),
+                        Err(RingError::Corrupt(_)) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
-                if closed {
+                if closed || self.is_condemned(slot) {
                     if let Some(w) = self.workers[slot as usize].as_mut() {
                         if !w.death_reported {
                             w.death_reported = true;
-                            return Ok(Received::Died { slot, pid: w.pid });
+                            return Ok(Received::Died { slot, pid: w.pid, damaged: w.damaged });
                         }
                     }
                 }
@@ -460,7 +473,10 @@ impl Pool {
             let ready = || {
                 (0..n).any(|s| {
                     let r = region.results(s);
-                    r.has_data() || (r.is_closed() && workers[s as usize].as_ref().is_some_and(|w| !w.death_reported))
+                    let w = workers[s as usize].as_ref();
+                    let condemned = w.is_some_and(|w| w.damaged.is_some());
+                    (r.has_data() && !condemned)
+                        || ((r.is_closed() || condemned) && w.is_some_and(|w| !w.death_reported))
                 })
             };
             if let Waited::Stopped(r) = wait_until(region.master_bell(), patience, ready, &mut *give_up) {
@@ -486,10 +502,38 @@ impl Pool {
             begun = Some(tag);
         }
         let got = self.region.results(slot).resume(out, &mut begun, patience, give_up);
-        if let (Err(RingError::Stopped(_)), Some(tag)) = (&got, begun) {
-            self.unfinished[slot as usize] = Some((tag, std::mem::take(out)));
+        match (&got, begun) {
+            (Err(RingError::Stopped(_)), Some(tag)) => {
+                self.unfinished[slot as usize] = Some((tag, std::mem::take(out)))
+            }
+            (Err(RingError::Corrupt(why)), _) => self.condemn(slot, why),
+            _ => {}
         }
         got
+    }
+
+    /// The worker in `slot` wrote what no worker of this pool writes into its
+    /// result ring (`why`): a worker whose memory was corrupted, or another
+    /// process of the user writing into its pages. Nothing it sends can be
+    /// trusted any more, so it is killed and its ring is read no more; its
+    /// death is reported next (`Received::Died` with `damaged`), its tasks
+    /// fail as a dead worker's do and the slot can be filled again.
+    pub fn condemn(&mut self, slot: u64, why: &'static str) {
+        if let Some(w) = self.workers[slot as usize].as_mut() {
+            if w.damaged.is_none() {
+                w.damaged = Some(why);
+                if !w.reaped.load(Ordering::SeqCst) {
+                    // (not reaped yet, so the pid is still this worker's)
+                    os::kill_process(w.pid);
+                }
+            }
+        }
+        self.unfinished[slot as usize] = None;
+        self.region.results(slot).close();
+    }
+
+    fn is_condemned(&self, slot: u64) -> bool {
+        self.workers[slot as usize].as_ref().is_some_and(|w| w.damaged.is_some())
     }
 
     /// What the worker in `slot` last wrote to its standard error.

@@ -353,6 +353,18 @@ impl<'a> Ring<'a> {
 impl Ring<'_> {
     /// Writes `data` over the ring's pages and sets both positions, as a
     /// misbehaving peer could.
+    /// Publishes 16 bytes no correct producer writes (a header of all ones),
+    /// as a worker whose memory was corrupted would.
+    #[cfg(test)]
+    pub(crate) fn publish_garbage_for_tests(&self) {
+        let head = self.ctrl.head.0.load(Ordering::Relaxed);
+        let at = head & (self.capacity - 1);
+        // SAFETY: frames start at 16-byte boundaries, so at + 16 <= capacity.
+        unsafe { std::ptr::write_bytes(self.data.add(at as usize), 0xff, 16) };
+        self.ctrl.head.0.store(head.wrapping_add(16), Ordering::Release);
+        self.data_bell.ring();
+    }
+
     pub(crate) fn scribble_for_tests(&self, data: &[u8], head: u64, tail: u64) {
         let n = data.len().min(self.capacity as usize);
         // SAFETY: n <= capacity bytes of the ring's data.

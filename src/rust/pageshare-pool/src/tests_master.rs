@@ -23,6 +23,7 @@ const RING: u64 = 8192;
 /// "reply-when:<path>" replies once the file exists;
 /// "condition" relays a condition, then replies; "wrong-number" replies
 /// with another number; "bad-tag" replies with a flag only masters send;
+/// "garbage" publishes bytes no worker writes into its result ring;
 /// anything else is echoed with "release=<flag>" and this worker's pid.
 #[test]
 #[ignore]
@@ -53,6 +54,7 @@ fn wire_worker_main() {
             }
             "wrong-number" => reply(Header::reply(task.number + 1000, task.plain).encode().unwrap(), b""),
             "bad-tag" => reply(task.number | RELEASE, b""),
+            "garbage" => results.publish_garbage_for_tests(),
             _ => {
                 if let Some(path) = body.strip_prefix("die-when:") {
                     let until = Instant::now() + Duration::from_secs(60);
@@ -164,7 +166,7 @@ fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read()
     assert_eq!(m.dispatch().load(0), 3);
     std::fs::write(&go, b"").unwrap();
     match next(&mut m) {
-        Event::Died { slot: 0, pid, begun, unread, waiting } => {
+        Event::Died { slot: 0, pid, begun, unread, waiting, damaged: None } => {
             assert_eq!(pid, dying);
             assert_eq!(begun, vec![10], "the task it ran fails");
             assert_eq!(unread, vec![12], "a task it never read and that was not kept goes back to its owner");
@@ -234,13 +236,40 @@ fn conditions_arrive_before_their_reply_and_out_of_step_replies_are_named() {
 }
 
 #[test]
-fn a_tag_no_worker_may_send_is_a_damaged_ring_not_a_panic() {
-    let mut m = master(1, 2);
-    submit(&mut m, None, "bad-tag", true, false, 0);
-    let mut buf = Vec::new();
-    let err = m.next_event(&mut buf, false, &mut never()).unwrap_err();
-    assert!(err.0.contains("damaged"), "{err}");
-    assert_eq!(m.stop(), vec![0], "what was kept with it is given back");
+fn a_worker_that_writes_what_no_worker_writes_is_ended_and_replaced() {
+    // A tag no worker may send, or bytes that are no frame: nothing more it
+    // sends can be trusted. It is killed, reported as a death saying why
+    // (its task failed), the other worker goes on, and its slot is filled
+    // again; the master never waits for a reply that will not come.
+    for what in ["bad-tag", "garbage"] {
+        let mut m = master(2, 2);
+        let (bad, good) = (m.pool().pid(0), m.pool().pid(1));
+        submit(&mut m, Some(0), what, true, false, 0);
+        submit(&mut m, Some(1), "fine", true, false, 1);
+        let mut died = None;
+        let mut replied = false;
+        while died.is_none() || !replied {
+            match next(&mut m) {
+                Event::Died { slot: 0, pid, begun, damaged, .. } => died = Some((pid, begun, damaged)),
+                Event::Reply { what: 1, payload, .. } => {
+                    assert!(text(&payload).ends_with(&format!("pid={good}")));
+                    replied = true;
+                }
+                other => panic!("{what}: unexpected {other:?}"),
+            }
+        }
+        let (pid, begun, damaged) = died.unwrap();
+        assert_eq!(pid, bad);
+        assert_eq!(begun, vec![0], "{what}: its task failed");
+        assert!(damaged.is_some(), "{what}: the death says why");
+        assert!(eventually(|| gone(bad)), "{what}: the worker was ended");
+        assert_eq!(next(&mut m), Event::Idle);
+        m.fill(0, &mut never()).unwrap().unwrap();
+        submit(&mut m, Some(0), "again", true, false, 2);
+        let Event::Reply { what: 2, payload, .. } = next(&mut m) else { panic!("{what}: the new worker answers") };
+        assert!(!text(&payload).ends_with(&format!("pid={bad}")));
+        m.stop();
+    }
 }
 
 #[test]

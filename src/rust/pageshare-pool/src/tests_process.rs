@@ -186,7 +186,7 @@ fn a_worker_that_dies_mid_task_is_reported_and_replaced() {
     let mut out = Vec::new();
     let got = pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
     std::fs::remove_file(&gate).unwrap();
-    assert_eq!(got, Received::Died { slot: 0, pid: old });
+    assert_eq!(got, Received::Died { slot: 0, pid: old, damaged: None });
     assert_eq!(pool.replace(0).unwrap(), vec![77]);
     let new = pool.pid(0);
     assert!(new != old && new > 0);
@@ -206,7 +206,7 @@ fn a_worker_killed_from_outside_wakes_a_waiting_master() {
     let mut out = Vec::new();
     let got = pool.receive_any(&mut out, Patience::default(), &mut never()).unwrap();
     killer.join().unwrap();
-    assert_eq!(got, Received::Died { slot: 1, pid });
+    assert_eq!(got, Received::Died { slot: 1, pid, damaged: None });
     assert!(eventually(|| gone(pid)));
 }
 

@@ -283,8 +283,9 @@ pub enum Event<W> {
     /// The worker in `slot` (0-based), process `pid`, died. `begun`: the
     /// messages it had begun (they failed); `unread`: those it never read
     /// and that were not kept to go again (the kept ones wait again, first);
-    /// `waiting`: how many messages wait for a worker.
-    Died { slot: u64, pid: u32, begun: Vec<W>, unread: Vec<W>, waiting: usize },
+    /// `waiting`: how many messages wait for a worker. `damaged`: it did not
+    /// die by itself but was ended for writing what no worker writes (why).
+    Died { slot: u64, pid: u32, begun: Vec<W>, unread: Vec<W>, waiting: usize, damaged: Option<&'static str> },
     /// The user interrupted the wait.
     Interrupted,
     /// The wait's time is up.
@@ -344,7 +345,7 @@ impl EventKind {
     pub fn fields(self) -> &'static [&'static str] {
         match self {
             EventKind::Reply => &["event", "what", "payload", "plain", "value", "relay"],
-            EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting"],
+            EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting", "damaged"],
             EventKind::OutOfStep => &["event", "slot", "tag", "expected"],
             EventKind::Condition => &["event", "payload"],
             EventKind::Interrupted | EventKind::TimedOut | EventKind::Idle | EventKind::Delivered => &["event"],

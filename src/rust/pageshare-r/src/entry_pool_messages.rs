@@ -206,7 +206,7 @@ pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
             let raw = scope.protect(raw_vec(&payload)?)?;
             wire_r::event(EventKind::Condition, &[raw])
         }
-        Event::Died { slot, pid, begun, unread, waiting } => {
+        Event::Died { slot, pid, begun, unread, waiting, damaged } => {
             let begun = whats(&mut scope, begun.into_iter())?;
             let unread = whats(&mut scope, unread.into_iter())?;
             let items = [
@@ -215,6 +215,7 @@ pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
                 begun,
                 unread,
                 scope.protect(scalar_integer(waiting as i32)?)?,
+                scope.protect(crate::r_calls::scalar_string(damaged.unwrap_or(""))?)?,
             ];
             wire_r::event(EventKind::Died, &items)
         }
