@@ -1,19 +1,8 @@
-# The workers of a cluster: one the user passes (registerDoShm(cl),
-# memApply(CLUSTER = cl)) and shm_multisession's (future's own cluster). The
-# sessions' side: loading pageshare on them, the message a task is sent as,
+# The workers of a cluster the user passes (registerDoShm(cl),
+# memApply(CLUSTER = cl)). The sessions' side: loading pageshare on them, the message a task is sent as,
 # errors that keep their class across parallel's connections. The workers'
 # side: what they do around each task (also on pageshare's pool, see
 # pool-worker.R).
-
-# Evaluates `expr` with TCP_NODELAY on the sockets R opens meanwhile (our side
-# of worker connections). R's sockets use Nagle's algorithm by default: a
-# message or reply larger than one TCP segment then waits ~40 ms for a delayed
-# ACK (a 16 KB reply: 43 ms, with no-delay 1 ms; a trivial future: ~50 ms).
-nodelay_sockets <- function(expr) {
-  old <- options(socketOptions = "no-delay")
-  on.exit(options(old))
-  expr
-}
 
 # Runs on a worker. Its environment is the global environment so that it can be
 # unserialized by a worker that does not have pageshare (yet).

@@ -1,31 +1,6 @@
-# The methods future calls on a ShmMultisessionFuture (future < 1.40:
-# result() and resolved(); run() is in future-methods-legacy.R), the
-# validateFutureGlobals() method of the pool backend of future >= 1.40 (its
-# other methods are in future-pool.R), and their registration.
-
-result.ShmMultisessionFuture <- function(future, ...) {
-  # Once result() returns or fails (e.g. the worker died), the worker will not
-  # map the globals any more: drop the views (future may keep a failed future
-  # referenced for a long time).
-  on.exit(future$pageshare_views <- NULL, add = TRUE)
-  # (future >= 1.40 may restart a dead worker here; future < 1.40 leaves that
-  # to the next launch, see future-restart.R)
-  res <- nodelay_sockets(NextMethod())
-  if (inherits(res, "FutureResult") && inherits(res$value, "pageshare_result")) {
-    if (is.null(future$result)) future$result <- res
-    adopt_result(future)
-    res <- future$result
-  }
-  future$pageshare_views <- NULL
-  res
-}
-
-resolved.ShmMultisessionFuture <- function(x, timeout = NULL, ...) {
-  if (nothing_to_read(x, timeout)) return(FALSE)
-  ans <- nodelay_sockets(NextMethod()) # future >= 1.40 may restart a dead worker
-  if (isTRUE(ans)) adopt_result(x)
-  ans
-}
+# The validateFutureGlobals() method of the pool backend of future >= 1.40
+# (its other methods are in future-pool.R; those of future < 1.40 in
+# future-pool-legacy.R), and the registration of them all.
 
 # ---- future >= 1.40: validateFutureGlobals() of the pool backend (future-pool.R) --
 
@@ -63,10 +38,7 @@ validateFutureGlobals.ShmPoolFutureBackend <- function(backend, future, ...) {
 register_future_methods <- function(...) {
   ns <- asNamespace("future")
   check_foreign_internals("future")
-  registerS3method("run", "ShmMultisessionFuture", run.ShmMultisessionFuture, envir = ns)
-  registerS3method("result", "ShmMultisessionFuture", result.ShmMultisessionFuture, envir = ns)
-  registerS3method("resolved", "ShmMultisessionFuture", resolved.ShmMultisessionFuture, envir = ns)
-  if (exists("launchFuture", envir = ns, inherits = FALSE)) register_future_pool_methods(ns) # future >= 1.40
+  register_future_pool_methods(ns)
   invisible()
 }
 

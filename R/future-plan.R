@@ -32,9 +32,24 @@
 #' Existing code runs unchanged: replace `plan(multisession)` by
 #' `plan(shm_multisession)`.
 #'
-#' A worker whose master (the R session that set the plan) is gone, killed or
-#' crashed, ends within a fraction of a second, also in the middle of a future,
-#' instead of running on with its shared memory mapped until the future ends.
+#' The futures run on pageshare's own worker pool (see [shm_pool]), the pool
+#' [shm_call()], [shm_map()], [registerDoShm()] and [memApply()] use: one pool
+#' per session, started with `workers` workers when the plan is set (a pool of
+#' another size is restarted) and stopped when the plan changes (on future
+#' 1.31, which tells a plan nothing when it changes, after the top-level call
+#' that changed it). Futures and results travel on the pool's rings in shared
+#' memory instead of sockets (no R connection per worker), and each worker
+#' evaluates its futures with future's own evaluator, so standard output,
+#' conditions, immediate conditions (progressr updates, relayed while the
+#' future runs), RNG checks and globals behave as under `multisession`. `n`
+#' futures in flight run on `n` distinct workers. A worker that dies while
+#' running a future (killed, crashed, out of memory) fails that future as
+#' `multisession` does (a `FutureInterruptError` on future >= 1.40, a
+#' `FutureError` before; also of class `pageshare_worker_died`), and a new
+#' worker takes its place for the next future. A worker whose master (the R
+#' session that set the plan) is gone, killed or crashed, ends within a
+#' fraction of a second, also in the middle of a future, instead of running on
+#' with its shared memory mapped until the future ends.
 #'
 #' @section Globals size limit:
 #' The limit on a future's globals (option `future.globals.maxSize`) exists to
@@ -79,43 +94,30 @@
 #' `pageshare_bad_argument` for a bad `workers`; the warning
 #' `pageshare_fallback` when a global went by plain serialization.
 #'
-#' @section future >= 1.40: pageshare's own pool:
+#' @section The pool's workers:
 #' The function also carries a `"factory"` attribute for the `FutureBackend`
-#' API of future 1.40 and later. There the futures run on pageshare's own
-#' worker pool (see [shm_pool]), the pool [shm_call()], [shm_map()],
-#' [registerDoShm()] and [memApply()] use: one pool per session, started with
-#' `workers` workers when the plan is set (a pool of another size is
-#' restarted) and stopped when the plan changes. Futures and results travel on
-#' the pool's rings in shared memory instead of sockets (no R connection per
-#' worker), and each worker evaluates its futures with future's own evaluator,
-#' so standard output, conditions, immediate conditions (progressr updates,
-#' relayed while the future runs), RNG checks and globals behave as under
-#' `multisession`. `n` futures in flight run on `n` distinct workers.
-#' A worker that dies while running a future (killed, crashed, out of memory)
-#' gives future's `FutureInterruptError` (also of class
-#' `pageshare_worker_died`), as `multisession` does, and a new worker takes
-#' its place for the next future; `cancel(f, interrupt = TRUE)` ends the
-#' worker running `f` the same way. `rscript_libs` and `rscript_args` start
-#' the pool's workers (also those that replace dead ones) until the plan
-#' changes; further [parallelly::makeClusterPSOCK()] options have no meaning
-#' for the pool and are ignored. What a future assigns in its worker's global
-#' environment is removed when it is done (`multisession` empties the global
-#' environment before each future); what [shm_everywhere()] set up there
-#' stays, and futures see it.
-#' On future < 1.40, futures run on `multisession`'s cluster with the
-#' treatment of globals and results described above.
+#' API of future 1.40 and later; on earlier versions its futures bring their
+#' own methods. On future >= 1.40, `cancel(f, interrupt = TRUE)` ends the
+#' worker running `f` (a new one takes its place). `rscript_libs` and
+#' `rscript_args` start the pool's workers (also those that replace dead ones)
+#' until the plan changes; further [parallelly::makeClusterPSOCK()] options
+#' have no meaning for the pool and are ignored. What a future assigns in its
+#' worker's global environment is removed when it is done (`multisession`
+#' empties the global environment before each future); what
+#' [shm_everywhere()] set up there stays, and futures see it.
 #' This package's tests pass with future 1.31 (Debian 12), 1.34 (Debian 13)
 #' and 1.75 (Debian unstable).
 #'
-#' @param ... Further arguments passed on as to [future::multisession()]
-#'   (for example `rscript_startup`).
+#' @param ... Further arguments of a future, as for [future::multisession()]
+#'   (for example `gc` or `earlySignal` through [future::tweak()]);
+#'   [parallelly::makeClusterPSOCK()]'s options have no meaning for the pool.
 #' @param workers Number of background R sessions (or a function returning
-#'   it), as for [future::multisession()] (on future >= 1.40: the size of
-#'   pageshare's pool, which is not bound by R's connections). The default is the number of
+#'   it), as for [future::multisession()]: the size of pageshare's pool, which
+#'   is not bound by R's connections (up to parallelly's limit on local
+#'   workers, raised by `I(n)` or its option). The default is the number of
 #'   available cores (`parallelly::availableCores()`, or the machine's count
-#'   where that fails), but at most the number of free connections less 16
-#'   (each worker holds a connection; R has 128), as multisession does from
-#'   future 1.40 on.
+#'   where that fails), but at most the number of free connections less 16,
+#'   as multisession's default from future 1.40 on.
 #' @param lazy If `TRUE`, the future is not launched until its value is needed.
 #' @param rscript_libs Library paths of the workers; pageshare must be
 #'   installed in one of them.
@@ -141,6 +143,8 @@ shm_multisession <- function(...,
                              workers = pageshare::default_worker_count(),
                              lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
                              envir = parent.frame()) {
+  # (the pool's workers hold no R connection: their number is the pool's
+  # rule, not R's 125 connections)
   workers <- check_future_workers(workers)
   check_flag(lazy, "lazy")
   check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
@@ -156,30 +160,23 @@ shm_multisession <- function(...,
   }
   # future < 1.40 sets a plan up by launching a test future with this label
   lift_globals_limit(fresh = identical(list(...)[["label"]], "future-plan-test"))
-  # (future < 1.40 only: from 1.40 on future uses the "factory" below)
-  # The workers start here (when the plan is set up): see nodelay_sockets().
-  rscript_args <- worker_heap_args(rscript_args)
-  f <- nodelay_sockets(future_export("MultisessionFuture")(..., workers = workers, lazy = TRUE,
-                                                  rscript_libs = rscript_libs, rscript_args = rscript_args,
-                                                  envir = envir))
-  class(f) <- c("ShmMultisessionFuture", class(f))
-  remember_worker_options(f$workers, rscript_libs, rscript_args)
-  if (!lazy) f <- future::run(f)
-  invisible(f)
+  # (future < 1.40 only: from 1.40 on future uses the "factory" below; the
+  # futures run on the pool either way, future-pool-legacy.R)
+  invisible(shm_pool_future_legacy(..., workers = workers, lazy = lazy, envir = envir,
+                                   rscript_libs = rscript_libs, rscript_args = rscript_args))
 }
 class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
                              "multiprocess", "future", "function")
 attr(shm_multisession, "init") <- TRUE
 attr(shm_multisession, "untweakable") <- "persistent"
-# future >= 1.32 call a plan's "cleanup" attribute when the plan changes: the
-# user's future.globals.maxSize comes back (globals-limit.R), and the workers,
-# which are multisession's, are stopped by multisession's own cleanup (future
-# 1.32-1.3x; future 1.31 has none and stops them itself, from 1.40 the backend
-# does).
+# future 1.32-1.3x call a plan's "cleanup" attribute when the plan changes:
+# the user's future.globals.maxSize comes back (globals-limit.R) and the
+# plan's pool stops (future-pool-legacy.R). future 1.31 has none (pageshare's
+# task callback does both after the top-level call); from 1.40 on, the
+# backend's stopWorkers() stops the pool.
 attr(shm_multisession, "cleanup") <- function() {
   restore_globals_limit()
-  cleanup <- attr(future::multisession, "cleanup", exact = TRUE)
-  if (is.function(cleanup)) cleanup()
+  stop_legacy_future_pool()
   invisible()
 }
 
@@ -193,7 +190,7 @@ attr(shm_multisession, "factory") <- function(workers = pageshare::default_worke
   # function's formals on); they are no backend fields. (The pool's workers
   # hold no R connection: their number is the pool's rule, not R's 125
   # connections.)
-  workers <- check_future_workers(workers, pool = TRUE)
+  workers <- check_future_workers(workers)
   check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
   if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
   # (future.globals.maxSize is left alone: from future 1.40 on, a backend has
@@ -212,11 +209,9 @@ attr(shm_multisession, "factory") <- function(workers = pageshare::default_worke
 future_export <- function(name) getExportedValue("future", name)
 
 # `workers` (a number or a function returning one, as future allows) checked
-# by the rule of every front door, keeping a class such as "AsIs": with
-# `pool`, the pool's (pool_worker_count()), else that of workers that each
-# hold one of this session's R connections.
-check_future_workers <- function(workers, pool = FALSE) {
+# by the rule of the pool's front doors (pool_worker_count(): the pool's
+# workers hold no R connection), keeping a class such as "AsIs".
+check_future_workers <- function(workers) {
   if (is.function(workers)) workers <- workers()
-  n <- if (pool) pool_worker_count(workers, "workers") else check_worker_count(workers, "workers")
-  structure(n, class = class(workers))
+  structure(pool_worker_count(workers, "workers"), class = class(workers))
 }

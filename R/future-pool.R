@@ -18,8 +18,9 @@
 # A worker that dies mid-future: its slot is refilled by the pool at the next
 # launch, the future fails with future's FutureInterruptError, as
 # multisession's does on future >= 1.40. plan() changes call stopWorkers(),
-# which stops the pool. future < 1.40 keeps multisession's cluster (the run()
-# method in future-methods-legacy.R).
+# which stops the pool. future < 1.40 has no backend API: its futures run on
+# the pool through their own run() method (future-pool-legacy.R), with
+# resolved() and result() below.
 
 # ---- the backend ------------------------------------------------------------
 
@@ -37,20 +38,28 @@ shm_pool_future_backend <- function(workers, rscript_libs, rscript_args, ...) {
   core[["futureClasses"]] <- c("ShmPoolFuture", core[["futureClasses"]])
   class(core) <- c("ShmPoolFutureBackend", class(core))
   # (the pool starts now, as multisession's workers do when the plan is set)
-  changed <- pool_set_worker_options(rscript_libs, rscript_args)
-  if (changed || length(shm_pool$pids) != workers) {
-    pool_forget_setup()
-    pool_start(as.integer(workers))
-  } else {
-    pool_fill_vacancies()
-  }
+  future_pool_ensure(workers, rscript_libs, rscript_args)
   shm_pool$future_owner <- core[["uuid"]]
   core
 }
 
+# The pool of the plan: `workers` workers started with the plan's
+# rscript_libs and rscript_args (a pool of another size or options is
+# restarted, without the set-up of shm_everywhere()); dead workers replaced.
+future_pool_ensure <- function(workers, rscript_libs, rscript_args) {
+  changed <- pool_set_worker_options(rscript_libs, rscript_args)
+  if (changed || length(shm_pool$pids) != workers) {
+    pool_forget_setup()
+    pool_start(as.integer(workers))
+  } else if (anyNA(shm_pool$pids)) {
+    pool_fill_vacancies()
+  }
+  invisible()
+}
+
 launchFuture.ShmPoolFutureBackend <- function(backend, future, ...) {
   reg <- backend[["reg"]]
-  slot <- future_pool_slot(backend)
+  slot <- future_pool_slot(backend[["workers"]], reg)
   # (the fallback warning comes once per plan: sharing-rule.R)
   launch <- prepare_pool_launch(future, paste(reg, backend[["uuid"]]))
   on.exit(launch(), add = TRUE)
@@ -120,14 +129,15 @@ future_slot_release <- function(slot, generation) {
 
 # The future's large globals swapped for views (sharing-rule.R) while
 # getFutureData() reads them; returns the function that puts them back, with
-# attribute "shared". The views stay in future$pageshare_views until its
-# result is in.
+# attributes "shared" and "changed" (the names of the globals swapped). The
+# views stay in future$pageshare_views until its result is in.
 prepare_pool_launch <- function(future, plan_key) {
   orig <- future[["globals"]]
   shared <- share_globals(orig, plan_key)
   if (is.null(shared)) return(structure(function() invisible(), shared = FALSE))
   future[["pageshare_views"]] <- attr(shared, "pageshare_views")
   restore <- attr(shared, "pageshare_restore")
+  changed <- attr(shared, "pageshare_changed")
   for (a in c("pageshare_views", "pageshare_restore", "pageshare_changed")) attr(shared, a) <- NULL
   future[["globals"]] <- shared
   done <- FALSE
@@ -137,16 +147,15 @@ prepare_pool_launch <- function(future, plan_key) {
     future[["globals"]] <- orig
     restore_shared(restore)
   }
-  structure(undo, shared = TRUE)
+  structure(undo, shared = TRUE, changed = changed)
 }
 
 # The pool slot for a new future: one no registered future of this plan runs
 # on (so that n futures in flight run on n distinct workers), among the
 # plan's `workers` first slots; waits, collecting finished futures, while
 # every one is busy. Dead workers are replaced here.
-future_pool_slot <- function(backend) {
-  n <- as.integer(backend[["workers"]])
-  reg <- backend[["reg"]]
+future_pool_slot <- function(n, reg) {
+  n <- as.integer(n)
   FutureRegistry <- foreign_internal("future", "FutureRegistry")
   repeat {
     if (is.null(shm_pool$pids)) pool_start(n) else if (anyNA(shm_pool$pids)) pool_fill_vacancies()
@@ -167,6 +176,13 @@ future_pool_slot <- function(backend) {
 # sharing (at least `threshold` bytes) comes back through shared memory.
 future_pool_evaluate <- function(data, threshold) {
   evalFuture <- foreign_internal("future", "evalFuture")
+  future_pool_run(function() evalFuture(data), threshold)
+}
+
+# Runs `evaluate()` (it returns the future's FutureResult) on a worker; a
+# value holding data worth sharing (at least `threshold` bytes) comes back
+# through shared memory.
+future_pool_run <- function(evaluate, threshold) {
   # What the future leaves in the worker's global environment goes with it
   # (multisession's workers are emptied before each future); what
   # shm_everywhere() set up there stays, for futures and calls alike.
@@ -176,7 +192,7 @@ future_pool_evaluate <- function(data, threshold) {
     added <- setdiff(names(genv), c(before, ".Random.seed"))
     if (length(added)) rm(list = added, envir = genv)
   }, add = TRUE)
-  res <- evalFuture(data)
+  res <- evaluate()
   if (!inherits(res, "FutureResult") || is.null(res[["value"]]) || !is.finite(threshold)) return(res)
   value <- worker_result(list(value = res[["value"]], visible = TRUE), threshold)
   if (inherits(value, "pageshare_result")) {
@@ -261,13 +277,12 @@ future_pool_collect <- function(future) {
   reply <- task$reply
   task$keep <- NULL
   future[["pageshare_views"]] <- NULL
-  backend <- future[["backend"]]
   future_slot_release(future[["node"]], task$generation)
   if (isTRUE(future[["pageshare_registered"]])) {
     future[["pageshare_registered"]] <- FALSE
     # (one that stopWorkers() dropped from the registry since is not there)
     FutureRegistry <- foreign_internal("future", "FutureRegistry")
-    on.exit(tryCatch(FutureRegistry(backend[["reg"]], action = "remove", future = future, earlySignal = FALSE),
+    on.exit(tryCatch(FutureRegistry(future_pool_registry(future), action = "remove", future = future, earlySignal = FALSE),
                      FutureError = function(e) NULL), add = TRUE)
   }
   status <- reply$status
@@ -294,7 +309,9 @@ future_pool_collect <- function(future) {
     pid <- reply$pid %||% future[["pageshare_pid"]]
     key <- if (state %in% c("canceled", "interrupted")) "future_worker_interrupted" else "future_worker_died"
     msg <- sprintf(pageshare_messages[[key]], future_label(future), class(future)[1], state, pid)
-    ex <- future_export("FutureInterruptError")(msg, future = future)  # (future >= 1.40 only)
+    # (future < 1.40 has no FutureInterruptError: a FutureError, as its multisession gives)
+    error <- if (legacy_future()) future::FutureError else future_export("FutureInterruptError")
+    ex <- error(msg, future = future)
     class(ex) <- c(class(ex)[1L], "pageshare_worker_died", class(ex)[-1L])
     future[["result"]] <- ex
     future[["state"]] <- "interrupted"
@@ -305,6 +322,12 @@ future_pool_collect <- function(future) {
     future[["state"]] <- "failed"
   }
   invisible(future)
+}
+
+# The registry of the plan's futures (future's FutureRegistry): the
+# backend's on future >= 1.40, the plan's own on future < 1.40.
+future_pool_registry <- function(future) {
+  future[["pageshare_reg"]] %||% future[["backend"]][["reg"]]
 }
 
 future_label <- function(future) {
@@ -365,15 +388,25 @@ nbrOfFreeWorkers.ShmPoolFutureBackend <- function(evaluator, background = FALSE,
   max(0L, as.integer(evaluator[["workers"]]) - used)
 }
 
-# The methods above, registered in future's namespace (future >= 1.40).
+# The methods above, registered in future's namespace: a future's own on
+# every version (run() on future < 1.40, future-pool-legacy.R), the
+# backend's on future >= 1.40.
 register_future_pool_methods <- function(ns) {
+  for (m in c("resolved", "result")) {
+    registerS3method(m, "ShmPoolFuture", get(paste0(m, ".ShmPoolFuture")), envir = ns)
+  }
+  if (legacy_future()) {
+    registerS3method("run", "ShmPoolFuture", run.ShmPoolFuture, envir = ns)
+    for (m in c("nbrOfWorkers", "nbrOfFreeWorkers")) {
+      registerS3method(m, "shm_multisession", get(paste0(m, ".shm_multisession")), envir = ns)
+    }
+    return(invisible())
+  }
   for (m in c("launchFuture", "interruptFuture", "stopWorkers", "nbrOfWorkers", "nbrOfFreeWorkers")) {
     registerS3method(m, "ShmPoolFutureBackend", get(paste0(m, ".ShmPoolFutureBackend")), envir = ns)
   }
   registerS3method("validateFutureGlobals", "ShmPoolFutureBackend",
                    validateFutureGlobals.ShmPoolFutureBackend, envir = ns)
-  for (m in c("resolved", "result", "getFutureBackendConfigs")) {
-    registerS3method(m, "ShmPoolFuture", get(paste0(m, ".ShmPoolFuture")), envir = ns)
-  }
+  registerS3method("getFutureBackendConfigs", "ShmPoolFuture", getFutureBackendConfigs.ShmPoolFuture, envir = ns)
   invisible()
 }

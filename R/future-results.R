@@ -1,23 +1,13 @@
 # ---- results: large values come back through shared memory -------------------
 #
-# future has no hook between the evaluation of a future on the worker and the
-# serialization of its FutureResult. So the expression is wrapped (only while
-# the future is launched; future$expr is restored afterwards):
-#
-#   { pageshare:::worker_result_begin()
-#     pageshare:::worker_result(withVisible(<expr>), <threshold>) }
-#
-# On the worker, worker_result_begin() closes a handle scope left open by the
-# previous future; the expression is evaluated; if its value holds shareable
-# vectors >= threshold, shares them, disowns the new segments (this worker
-# keeps their descriptors only until its next future) and opens the handle scope, so that the FutureResult
-# carries handles. The worker talks only to its master, and the scope is closed
-# again at the start of the next future. The value comes back wrapped in a
-# `pageshare_result` (value + worker pid); result() and resolved() on the master
-# unwrap it and adopt the segments the worker disowned: the master then holds
-# them (its own descriptors) until it no longer uses them. A segment nobody
-# adopts (its future was never collected) goes when the worker starts its next
-# future or exits.
+# On a worker of pageshare's pool, a future's value (future-pool.R) or a
+# task's (pool-worker.R) that holds shareable vectors of at least the
+# threshold is shared there: the new segments are disowned (this worker keeps
+# their descriptors only until its next message) and the reply is written in
+# the handle scope, so that it carries handles. The value comes back wrapped
+# in a `pageshare_result` (value + worker pid); the master unwraps it and
+# adopts the segments the worker disowned: it then holds them (its own
+# descriptors) until it no longer uses them.
 
 worker_scope_open <- new.env(parent = emptyenv())
 
@@ -61,7 +51,7 @@ worker_result <- function(res, threshold) {
 }
 
 # The handle scope of this worker's reply, opened once (closed again before
-# the next message: worker_result_begin(), pool_worker_begin()).
+# the next message: pool_worker_begin()).
 worker_open_scope <- function() {
   if (!isTRUE(worker_scope_open$open)) {
     .Call(ps_scope, 1L)
@@ -69,38 +59,8 @@ worker_open_scope <- function() {
   }
 }
 
-worker_result_begin <- function() {
-  # The master has received the previous result by now: the segments handed
-  # over with it need not be held here any more.
-  .Call(ps_release_handoffs)
-  if (isTRUE(worker_scope_open$open)) {
-    .Call(ps_scope, -1L)
-    worker_scope_open$open <- FALSE
-  }
-  # future removed the previous future's globals, but views of segments the
-  # master has released since may still be mapped here (see cluster.R).
-  collect_stale_views()
-  invisible()
-}
-
-wrap_expr <- function(expr) {
-  bquote({
-    pageshare:::worker_result_begin()
-    pageshare:::worker_result(withVisible(.(expr)), .(share_threshold()))
-  })
-}
-
-# Master side: unwrap a pageshare_result and adopt what the worker disowned.
-adopt_result <- function(future) {
-  res <- future$result
-  if (!inherits(res, "FutureResult") || !inherits(res$value, "pageshare_result")) return(invisible())
-  wrapped <- res$value
-  adopt_views(wrapped$value, wrapped$pid)
-  res["value"] <- list(wrapped$value)
-  future$result <- res
-  invisible()
-}
-
+# Master side: the segments a worker handed over with a reply, taken over
+# (reply_value() in pool-jobs.R).
 adopt_views <- function(x, pid, depth = 0L) {
   if (is_shared(x)) {
     info <- shared_info(x)

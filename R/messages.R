@@ -73,7 +73,6 @@ pageshare_messages <- list(
   not_environment = "`%s` must be an environment, not %s",
   not_strings = "`%s` must be %s, not %s",
   plan_called_directly = "shm_multisession() is a plan for future: set it with future::plan(shm_multisession) instead of calling it (future %s sets its plans up itself)",
-  future_no_pageshare = "the workers of plan(shm_multisession) cannot load pageshare; install it in a library they use (`rscript_libs`; the caller's library paths are: %s)",
   future_worker_died = "Future (%s) of class %s failed for unknown reason while %s on 'localhost' (pid %s): the worker process of pageshare's pool died (killed, crashed, or ended by the out-of-memory killer); a new worker takes its place for the next future",
   future_worker_interrupted = "Future (%s) of class %s was %s while running on 'localhost' (pid %s): its worker process of pageshare's pool was ended; a new worker takes its place for the next future",
   future_pool_failed = "Future (%s) could not be run on pageshare's pool: %s",
@@ -83,7 +82,7 @@ pageshare_messages <- list(
 # The kind of each message (the condition class is "pageshare_<kind>").
 pageshare_message_kinds <- c(
   share_type = "unsupported_type", unknown_variable = "not_registered", not_viewed = "not_registered",
-  worker_load = "worker_setup", worker_init = "worker_setup", future_no_pageshare = "worker_setup",
+  worker_load = "worker_setup", worker_init = "worker_setup",
   need_foreach = "missing_package", fun_failed = "task_failed", mi_failed = "task_failed", worker_died = "worker_died",
   worker_died_idle = "worker_replaced", task_lost = "worker_died", task_interrupted = "task_interrupted", pool_task_failed = "task_failed", pool_worker_died = "worker_died",
   pool_worker_replaced = "worker_replaced", pool_worker_damaged = "worker_replaced", too_many_workers = "too_many_workers", pool_out_of_step = "internal",

@@ -83,6 +83,7 @@ arm_gc_hook <- function() {
 rearm_after_task <- function(expr, value, ok, visible) {
   arm_gc_hook()
   watch_globals_limit()
+  watch_future_pool()
   TRUE
 }
 

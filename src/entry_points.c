@@ -39,7 +39,7 @@
   X(ps_free_bytes, 0) X(ps_release_handoffs, 0) X(ps_set_budget, 1) X(ps_held_bytes, 0)            \
   X(ps_share_mark, 0) X(ps_share_rollback, 1) X(ps_shares_openable, 0)                             \
   X(ps_set_receiver_mode, 1) X(ps_take_receive_failures, 0) X(ps_task_state, 1)                    \
-  X(ps_mutual_info, 10) X(ps_watch_master, 2) X(ps_process_start_time, 1)                          \
+  X(ps_mutual_info, 10) X(ps_process_start_time, 1)                          \
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                      \
   X(ps_segments_table, 2) X(ps_content_key, 2) X(ps_share_keyed, 7) X(ps_retrieve_keyed, 2)      \
   X(ps_release_key, 1)                                                                             \

@@ -136,36 +136,6 @@ compiled_probe <- function(name, code) {
   so
 }
 
-# A library whose routine `tcp_nodelay` lists, for each connected TCP socket of
-# the calling process, whether TCP_NODELAY is on (Nagle's algorithm off).
-nodelay_probe <- function() {
-  compiled_probe("nodelay", c(
-    "#include <sys/socket.h>", "#include <sys/stat.h>", "#include <netinet/in.h>", "#include <netinet/tcp.h>",
-    "void tcp_nodelay(int *n, int *on) {",
-    "  int k = 0;",
-    "  for (int fd = 0; fd < 65536 && k < *n; fd++) {",
-    "    struct stat st; if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;",
-    "    struct sockaddr_storage a; socklen_t len = sizeof a;",
-    "    if (getpeername(fd, (struct sockaddr *) &a, &len) != 0) continue;   /* connected only */",
-    "    if (a.ss_family != AF_INET && a.ss_family != AF_INET6) continue;",
-    "    int v = 0; len = sizeof v;",
-    "    if (getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &len) != 0) continue;",
-    "    on[k++] = v != 0;",
-    "  }",
-    "  *n = k;",
-    "}"))
-}
-
-# TCP_NODELAY of the calling process's connected TCP sockets (logical vector),
-# through the library `so` made by nodelay_probe(). Self-contained: tests send
-# it to workers.
-tcp_nodelay_states <- function(so) {
-  dyn.load(so)
-  r <- .C("tcp_nodelay", n = 1024L, on = integer(1024))
-  as.logical(r$on[seq_len(r$n)])
-}
-environment(tcp_nodelay_states) <- baseenv()
-
 # Runs R code `lines` in a fresh Rscript that loads this pageshare, from bash:
 # `shell` (shell commands such as `ulimit` or `mount`) runs first in the same
 # shell, and the shell itself runs under `wrap` (a command such as unshare or

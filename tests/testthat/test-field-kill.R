@@ -29,7 +29,7 @@ field_master <- function(dir, libs, moment, ns) {
   x <- share(x)
   registerVariables(ns, list(r = 1:3))
   plan(shm_multisession, workers = 2L)
-  # Two concurrent futures run on the two workers (and arm their watchdogs).
+  # Two concurrent futures run on the two workers (the pool's).
   fs <- lapply(1:2, function(i) future({ Sys.sleep(0.5); c(Sys.getpid(), tempdir()) }))
   future_workers <- vapply(fs, value, character(2))
   registerDoShm(cores = 2L)
@@ -212,7 +212,7 @@ check_field_kill <- function(signal, moment) {
   back_after <- as.numeric(difftime(Sys.time(), last_gone, units = "secs"))
   expect_identical(fk_segment_holders(pids), character())
 
-  # The workers' R temporary directories went with them (the watchdog removes
+  # The workers' R temporary directories went with them (a worker whose master is gone removes
   # its session's before _exit(), which skips R's own clean-up).
   worker_tmps <- readLines(file.path(dir, "tmpdirs"))[-1L]
   expect_true(fk_wait(function() !any(dir.exists(worker_tmps)), 2),

@@ -91,8 +91,8 @@ test_that("every field of another package's object that R/ uses is in the invent
   has <- function(kind, name, access) any(inv$kind == kind & inv$name == name & grepl(access, inv$access))
   expect_true(has("field", "con", "read"))
   expect_true(has("field", "host", "read"))
-  expect_true(has("field", "cluster", "written"))
-  expect_true(has("option", "future.resolved.timeout", "read"))
+  expect_true(has("field", "workers", "written"))
+  expect_true(has("option", "future.relay.immediate", "read"))
   expect_true(has("field", "combineInfo", "read"))
   expect_true(all(c("sxpinfo header word", "mmapped chunk header", "pages under a live vector") %in%
                   inv$name[inv$kind == "layout"]))

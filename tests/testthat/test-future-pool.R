@@ -1,10 +1,22 @@
-# plan(shm_multisession) on future >= 1.40: futures run on pageshare's own
-# pool (R/future-pool.R). Every test ends with plan(sequential) and no worker.
+# plan(shm_multisession): futures run on pageshare's own pool, on future
+# >= 1.40 as a FutureBackend (R/future-pool.R), on future < 1.40 through the
+# future's own methods (R/future-pool-legacy.R). Every test ends with
+# plan(sequential) and no worker.
 
 skip_if_not_installed("future")
 skip_on_os(c("windows", "mac", "solaris"))
-skip_if(packageVersion("future") < "1.40.0",
-        "future < 1.40 has no FutureBackend API: shm_multisession runs on multisession's cluster there")
+
+# future < 1.40: no cancel(), and a dead worker is a FutureError (as under its
+# multisession), not a FutureInterruptError
+legacy <- packageVersion("future") < "1.40.0"
+died_class <- if (legacy) "FutureError" else "FutureInterruptError"
+
+# The plan ends as at the end of a top-level call (future 1.31 has no hook
+# when the plan changes: pageshare's task callback stops the pool then).
+end_plan <- function() {
+  future::plan(future::sequential)
+  pageshare:::watch_future_pool()
+}
 
 alive <- function(pid) file.exists(sprintf("/proc/%d", pid)) &&
   !grepl("^State:\\s+Z", grep("^State:", readLines(sprintf("/proc/%d/status", pid)), value = TRUE))
@@ -17,7 +29,7 @@ wait_gone <- function(pids, seconds = 10) {
 
 local_pool_plan <- function(..., env = parent.frame()) {
   future::plan(pageshare::shm_multisession, ...)
-  do.call(base::on.exit, list(quote(future::plan(future::sequential)), add = TRUE), envir = env)
+  do.call(base::on.exit, list(quote(end_plan()), add = TRUE), envir = env)
   invisible()
 }
 
@@ -34,7 +46,7 @@ test_that("futures run on the pool's workers, the pool shm_call() uses, sized by
   expect_identical(future::value(f), 1)
   expect_identical(future::nbrOfFreeWorkers(), 3L)
   pids <- pageshare:::shm_pool$pids
-  future::plan(future::sequential)
+  end_plan()
   expect_null(pageshare:::shm_pool$pids)
   expect_true(wait_gone(pids))
 })
@@ -81,7 +93,7 @@ test_that("values larger than a ring, polled by resolved(), and split() pieces t
   expect_identical(pageshare:::shm_pool$pids, pids)
 })
 
-test_that("kill -9 of a worker mid-future: FutureInterruptError; 20 futures and chunked calls run without plan() again", {
+test_that("kill -9 of a worker mid-future: a FutureError; 20 futures and chunked calls run without plan() again", {
   skip_if_not_installed("future.apply")
   local_pool_plan(workers = 2)
   X <- as.double(seq_len(2e5))
@@ -91,7 +103,8 @@ test_that("kill -9 of a worker mid-future: FutureInterruptError; 20 futures and 
   expect_true(victim %in% pageshare:::shm_pool$pids)
   tools::pskill(victim, tools::SIGKILL)
   err <- tryCatch(future::value(f), error = function(e) e)
-  expect_s3_class(err, "FutureInterruptError")
+  expect_s3_class(err, died_class)
+  expect_s3_class(err, "pageshare_worker_died")
   expect_match(conditionMessage(err), sprintf("pid %d", victim), fixed = TRUE)
   vals <- vapply(1:20, function(i) future::value(future::future(sum(X) + i)), 0)
   expect_equal(vals, sum(X) + 1:20)
@@ -154,7 +167,7 @@ test_that("rscript_args and rscript_libs start the pool's workers, also its repl
   got <- suppressWarnings(future::value(future::future(probe())))   # (the warning: a worker died idle)
   expect_true("--no-site-file" %in% got$args)
   expect_true(normalizePath(lib) %in% got$libs)
-  future::plan(future::sequential)
+  end_plan()
   start_workers(1)
   on.exit(stop_workers(), add = TRUE)
   got <- shm_value(shm_call(probe))
@@ -171,6 +184,7 @@ test_that("cancel() of a queued and of a running future; lazy futures; errors ke
                                                                list(message = "mine", call = NULL))))),
                   error = function(e) e)
   expect_s3_class(err, "my_error")
+  skip_if(legacy, "future < 1.40 has no cancel()")
   f <- future::future({ Sys.sleep(30); 1 })
   pid <- f[["pageshare_pid"]]
   f <- future::cancel(f, interrupt = TRUE)
@@ -191,4 +205,21 @@ test_that("futures see shm_everywhere()'s set-up; what a future leaves in the gl
   expect_false(shm_value(shm_call(seen, "left_over")))
   expect_false(future::value(future::future(exists("left_over", envir = globalenv(), inherits = FALSE))))
   expect_true(shm_value(shm_call(seen, "setup_value")))
+})
+
+test_that("a plan change stops the pool: at once on future >= 1.32, after the top-level call on 1.31", {
+  # Rscript: each top-level expression is a task; pageshare's callback runs
+  # after it (future 1.31 calls nothing of the plan's when it changes).
+  script <- tempfile(fileext = ".R")
+  writeLines(c(
+    "library(future)",
+    "plan(pageshare::shm_multisession, workers = 2)",
+    "pids <- pageshare:::shm_pool$pids",
+    "same_call <- { plan(sequential); length(pageshare:::shm_pool$pids) }",
+    "after <- length(pageshare:::shm_pool$pids)",
+    "cat(length(pids), same_call, after, pids, '\\n')"), script)
+  res <- system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE)
+  got <- as.integer(strsplit(trimws(tail(res, 1)), " +")[[1]])
+  expect_identical(got[1:3], c(2L, if (packageVersion("future") >= "1.32.0") 0L else 2L, 0L))
+  expect_true(wait_gone(got[4:5]))
 })

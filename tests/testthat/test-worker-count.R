@@ -91,7 +91,7 @@ test_that("every front door follows parallelly's limit on local workers, before 
   # Above the cores: a warning of the same class. (The counts that pass are
   # checked by check_future_workers(), the check shm_multisession() and its
   # factory make before anything else: calling the plan function itself would
-  # start a cluster, and on future >= 1.40 it is only reached through the
+  # start the pool, and on future >= 1.40 it is only reached through the
   # factory.)
   check <- pageshare:::check_future_workers
   w <- tryCatch(check(cores + 1L), warning = function(w) w)
@@ -141,13 +141,11 @@ test_that("the cores are counted once per session, not per worker count", {
   expect_identical(calls, 0L)
 })
 
-test_that("shm_multisession on the pool is not bound by R's connections; on a cluster it is", {
+test_that("shm_multisession on the pool is not bound by R's connections", {
   skip_if_not_installed("parallelly")
   many <- parallelly::freeConnections() + 25L
-  # (the pool's workers hold no R connection: future >= 1.40's backend)
-  expect_identical(unclass(pageshare:::check_future_workers(I(many), pool = TRUE)), many)
-  expect_s3_class(pageshare:::check_future_workers(I(many), pool = TRUE), "AsIs")
-  # (future < 1.40: each worker of multisession's cluster holds a connection)
-  expect_error(pageshare:::check_future_workers(I(many)), class = "pageshare_bad_argument")
-  expect_error(pageshare:::check_future_workers(I(5000), pool = TRUE), class = "pageshare_bad_argument")
+  # (the pool's workers hold no R connection, on every version of future)
+  expect_identical(unclass(pageshare:::check_future_workers(I(many))), many)
+  expect_s3_class(pageshare:::check_future_workers(I(many)), "AsIs")
+  expect_error(pageshare:::check_future_workers(I(5000)), class = "pageshare_bad_argument")
 })
