@@ -93,6 +93,8 @@ run.ShmPoolFuture <- function(future, ...) {
 nbrOfWorkers.shm_multisession <- function(evaluator) {
   workers <- eval(formals(evaluator)$workers, baseenv())
   if (is.function(workers)) workers <- workers()
+  # (a count the plan would refuse is an error here too, as multisession's)
+  if (!is_whole_count(workers) || workers > 4096) pageshare_stop("pool_size", "workers", describe_value(workers))
   as.integer(workers)
 }
 

@@ -51,6 +51,14 @@ test_that("futures run on the pool's workers, the pool shm_call() uses, sized by
   expect_true(wait_gone(pids))
 })
 
+test_that("a workers count the plan refuses is an error when the plan is set (future.tests' check)", {
+  local_pool_plan(workers = 2)
+  current <- future::plan()
+  for (w in list(TRUE, 0L, NA_integer_, "2", 2.5)) {
+    expect_error(future::plan(current, workers = w), info = format(w))
+  }
+})
+
 test_that("n futures in flight run on n distinct workers", {
   n <- 3L
   local_pool_plan(workers = I(n))
