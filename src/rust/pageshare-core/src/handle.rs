@@ -8,6 +8,7 @@
 //! Handles arrive from other processes, so [`Handle::decode`] checks everything and
 //! never panics (property-tested).
 
+use crate::cursor::Cursor;
 use crate::error::{Error, Result};
 use crate::header::Kind;
 use crate::locator::{self, Locator};
@@ -44,7 +45,7 @@ impl Handle {
     }
 
     pub fn decode(b: &[u8]) -> Result<Handle> {
-        let mut r = Reader { b, at: 0 };
+        let mut r = Reader { bytes: Cursor::new(b) };
         if r.take(4)? != MAGIC {
             return Err(bad("it does not start with the handle magic"));
         }
@@ -55,7 +56,7 @@ impl Handle {
         let locator =
             Locator::decode(r.take(locator::ENCODED_LEN)?).ok_or_else(|| bad("its locator is implausible"))?;
         let name = r.string()?;
-        if r.at != b.len() {
+        if r.bytes.left() != 0 {
             return Err(bad("it has trailing bytes"));
         }
         naming::validate(&name)?;
@@ -67,15 +68,11 @@ impl Handle {
 }
 
 struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
+    bytes: Cursor<'a>,
 }
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or_else(|| bad("it is truncated"))?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
+        self.bytes.take(n).ok_or_else(|| bad("it is truncated"))
     }
     fn string(&mut self) -> Result<String> {
         let n = u16::from_le_bytes(self.take(2)?.try_into().expect("2")) as usize;

@@ -21,6 +21,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod content;
+pub mod cursor;
 pub mod error;
 pub mod handle;
 pub mod header;

@@ -17,6 +17,7 @@
 //! 2)` writes for a named list of such vectors, with the writer's R version
 //! zeroed, as `canonical_attributes_blob()` in R/keys.R does.
 
+use crate::cursor::Cursor;
 use crate::error::{Error, Result};
 
 /// An R value of the subset, with its attributes (in order).
@@ -73,8 +74,7 @@ fn bad(why: impl Into<String>) -> Error {
 }
 
 struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+    bytes: Cursor<'a>,
     xdr: bool,
     /// Symbols read so far (REFSXP refers to them by position, from 1).
     refs: Vec<String>,
@@ -82,13 +82,10 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| bad("it ends too early"))?;
-        let s = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(s)
+        self.bytes.take(n).ok_or_else(|| bad("it ends too early"))
     }
     fn left(&self) -> usize {
-        self.bytes.len() - self.at
+        self.bytes.left()
     }
     fn int(&mut self) -> Result<i32> {
         let b: [u8; 4] = self.take(4)?.try_into().map_err(|_| bad("short integer"))?;
@@ -252,7 +249,8 @@ pub fn decode(bytes: &[u8]) -> Result<RObject> {
         Some(b"A\n") => return Err(bad("it is in R's ASCII form, which is not read here")),
         _ => return Err(bad("it is not in R's serialization format")),
     };
-    let mut r = Reader { bytes, at: 2, xdr, refs: Vec::new() };
+    // (the format's two bytes are read above)
+    let mut r = Reader { bytes: Cursor::new(&bytes[2..]), xdr, refs: Vec::new() };
     let version = r.int()?;
     let _writer = r.int()?;
     let _min_reader = r.int()?;

@@ -9,6 +9,8 @@
 //! misbehave: every decoder here returns an error for what no correct peer
 //! writes, never panics and reads nothing beyond what it is given.
 
+use pageshare_core::cursor::Cursor;
+
 /// The version of this wire. A worker of another wire (or another build of
 /// the package) is refused at the handshake: messages change meaning between
 /// versions, and a stale worker would misread them silently.
@@ -514,24 +516,24 @@ pub enum Item<'a> {
 /// more than the bytes it was given could hold.
 #[derive(Debug, Clone, Copy)]
 pub struct ValueReader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+    bytes: Cursor<'a>,
 }
 
 impl<'a> ValueReader<'a> {
     pub fn new(bytes: &'a [u8]) -> ValueReader<'a> {
-        ValueReader { bytes, at: 0 }
+        ValueReader { bytes: Cursor::new(bytes) }
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.bytes.len()).ok_or(WireError("a value ends early"))?;
-        let out = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(out)
+        self.bytes.take(n).ok_or(WireError("a value ends early"))
     }
 
     fn left(&self) -> usize {
-        self.bytes.len() - self.at
+        self.bytes.left()
+    }
+
+    fn rest(&self) -> &'a [u8] {
+        self.bytes.rest()
     }
 
     fn u64(&mut self) -> Result<u64, WireError> {
@@ -579,7 +581,7 @@ impl<'a> ValueReader<'a> {
 
     /// Every byte was read.
     pub fn finish(&self) -> Result<(), WireError> {
-        if self.at == self.bytes.len() {
+        if self.bytes.left() == 0 {
             Ok(())
         } else {
             Err(WireError("bytes after a value"))
@@ -692,7 +694,7 @@ impl<'a> Relay<'a> {
             let n = len(&mut r)?;
             conditions.push(r.take(n)?);
         }
-        Ok((Relay { stdout, conditions }, &payload[r.at..]))
+        Ok((Relay { stdout, conditions }, r.rest()))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -739,7 +741,7 @@ impl<'a> PlainCall<'a> {
         let n = usize::try_from(r.u64()?).map_err(|_| WireError("a plain call's function out of range"))?;
         let function = r.take(n)?;
         let threshold = f64::from_bits(r.u64()?);
-        let rest = &bytes[r.at..];
+        let rest = r.rest();
         let (&kind, args) = rest.split_first().ok_or(WireError("a plain call without its arguments"))?;
         let args = match kind {
             0 => Args::Values(args),
