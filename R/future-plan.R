@@ -144,8 +144,11 @@ shm_multisession <- function(...,
                              lazy = FALSE, rscript_libs = .libPaths(), rscript_args = NULL,
                              envir = parent.frame()) {
   # (the pool's workers hold no R connection: their number is the pool's
-  # rule, not R's 125 connections)
-  workers <- check_future_workers(workers)
+  # rule, not R's 125 connections; future < 1.40 calls this function for
+  # every future, so the count is checked, and warned about, when the plan
+  # is set and when it changes)
+  fresh <- identical(list(...)[["label"]], "future-plan-test")
+  workers <- legacy_checked_workers(workers, fresh)
   check_flag(lazy, "lazy")
   check_strings(rscript_libs, "rscript_libs", "a character vector of library paths")
   if (!is.null(rscript_args)) check_strings(rscript_args, "rscript_args", "NULL or a character vector of Rscript options")
@@ -159,7 +162,7 @@ shm_multisession <- function(...,
     return(future::sequential(..., lazy = TRUE, envir = envir))
   }
   # future < 1.40 sets a plan up by launching a test future with this label
-  lift_globals_limit(fresh = identical(list(...)[["label"]], "future-plan-test"))
+  lift_globals_limit(fresh = fresh)
   # (future < 1.40 only: from 1.40 on future uses the "factory" below; the
   # futures run on the pool either way, future-pool-legacy.R)
   invisible(shm_pool_future_legacy(..., workers = workers, lazy = lazy, envir = envir,

@@ -26,6 +26,18 @@ legacy_future <- function() !exists("launchFuture", envir = asNamespace("future"
 # nbrOfFreeWorkers() its count (it reads `attr(future$workers, "name")`).
 legacy_pool_name <- function() sprintf("pageshare-pool-%d", Sys.getpid())
 
+# The plan's `workers`, checked by check_future_workers() when the plan is
+# set (`fresh`) or the value changes, else as checked before: the plan
+# function runs for every future, and neither the count of cores nor a
+# warning belongs there.
+legacy_checked_workers <- function(workers, fresh) {
+  seen <- shm_pool$legacy_workers
+  if (!fresh && !is.null(seen) && identical(seen$given, workers)) return(seen$n)
+  n <- check_future_workers(workers)
+  shm_pool$legacy_workers <- list(given = workers, n = n)
+  n
+}
+
 shm_pool_future_legacy <- function(..., workers, lazy, envir, rscript_libs, rscript_args) {
   future_pool_ensure(workers, rscript_libs, rscript_args)
   shm_pool$future_owner <- "future < 1.40"

@@ -59,6 +59,21 @@ test_that("a workers count the plan refuses is an error when the plan is set (fu
   }
 })
 
+test_that("a workers count above the cores warns once, when the plan is set, not at every future", {
+  n <- pageshare:::limit_cores() + 1L
+  on.exit(end_plan(), add = TRUE)
+  warned <- 0L
+  withCallingHandlers({
+    future::plan(pageshare::shm_multisession, workers = n)
+    for (i in 1:3) expect_identical(future::value(future::future(i)), i)
+    expect_identical(future::nbrOfWorkers(), n)
+  }, pageshare_too_many_workers = function(w) {
+    warned <<- warned + 1L
+    invokeRestart("muffleWarning")
+  })
+  expect_identical(warned, 1L)
+})
+
 test_that("n futures in flight run on n distinct workers", {
   n <- 3L
   local_pool_plan(workers = I(n))
