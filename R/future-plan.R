@@ -166,7 +166,7 @@ shm_multisession <- function(...,
   # (future < 1.40 only: from 1.40 on future uses the "factory" below; the
   # futures run on the pool either way, future-pool-legacy.R)
   invisible(shm_pool_future_legacy(..., workers = workers, lazy = lazy, envir = envir,
-                                   rscript_libs = rscript_libs, rscript_args = rscript_args))
+                                   rscript_libs = rscript_libs, rscript_args = rscript_args, fresh = fresh))
 }
 class(shm_multisession) <- c("shm_multisession", "multisession", "cluster",
                              "multiprocess", "future", "function")

@@ -38,7 +38,11 @@ legacy_checked_workers <- function(workers, fresh) {
   n
 }
 
-shm_pool_future_legacy <- function(..., workers, lazy, envir, rscript_libs, rscript_args) {
+shm_pool_future_legacy <- function(..., workers, lazy, envir, rscript_libs, rscript_args, fresh = FALSE) {
+  # A plan set anew (`fresh`: future's test future) starts fresh workers, as
+  # multisession's cluster does: nothing a worker loaded or left for itself
+  # (a package's once-per-session warning, an option) carries over.
+  if (fresh && identical(shm_pool$future_owner, "future < 1.40")) stop_legacy_future_pool()
   future_pool_ensure(workers, rscript_libs, rscript_args)
   shm_pool$future_owner <- "future < 1.40"
   f <- future_export("MultiprocessFuture")(..., envir = envir, lazy = TRUE)

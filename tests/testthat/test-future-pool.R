@@ -12,10 +12,12 @@ legacy <- packageVersion("future") < "1.40.0"
 died_class <- if (legacy) "FutureError" else "FutureInterruptError"
 
 # The plan ends as at the end of a top-level call (future 1.31 has no hook
-# when the plan changes: pageshare's task callback stops the pool then).
+# when the plan changes: pageshare's task callback stops the pool and gives
+# future.globals.maxSize back then).
 end_plan <- function() {
   future::plan(future::sequential)
   pageshare:::watch_future_pool()
+  pageshare:::watch_globals_limit()
 }
 
 alive <- function(pid) file.exists(sprintf("/proc/%d", pid)) &&
@@ -72,6 +74,21 @@ test_that("a workers count above the cores warns once, when the plan is set, not
     invokeRestart("muffleWarning")
   })
   expect_identical(warned, 1L)
+})
+
+test_that("a plan set again starts fresh workers, as multisession's are", {
+  # (nothing a worker loaded or left for itself carries over: furrr's suite
+  # counts a package's once-per-session warnings that way)
+  local_pool_plan(workers = 2)
+  before <- pageshare:::shm_pool$pids
+  expect_length(before, 2L)
+  future::plan(pageshare::shm_multisession, workers = 1)
+  future::plan(pageshare::shm_multisession, workers = 2)
+  expect_identical(future::value(future::future(42)), 42)
+  after <- pageshare:::shm_pool$pids
+  expect_length(after, 2L)
+  expect_length(intersect(before, after), 0L)
+  expect_true(wait_gone(before))
 })
 
 test_that("n futures in flight run on n distinct workers", {
