@@ -43,6 +43,8 @@ shm_pool_future_legacy <- function(..., workers, lazy, envir, rscript_libs, rscr
   # multisession's cluster does: nothing a worker loaded or left for itself
   # (a package's once-per-session warning, an option) carries over.
   if (fresh && identical(shm_pool$future_owner, "future < 1.40")) stop_legacy_future_pool()
+  # (each plan set anew is a plan of its own: its fallback warning comes once)
+  if (fresh || is.null(shm_pool$legacy_plan)) shm_pool$legacy_plan <- (shm_pool$legacy_plan %||% 0) + 1
   future_pool_ensure(workers, rscript_libs, rscript_args)
   shm_pool$future_owner <- "future < 1.40"
   f <- future_export("MultiprocessFuture")(..., envir = envir, lazy = TRUE)
@@ -62,7 +64,7 @@ run.ShmPoolFuture <- function(future, ...) {
   reg <- future[["pageshare_reg"]]
   slot <- future_pool_slot(future[["workers"]], reg)
   orig <- future[["globals"]]
-  launch <- prepare_pool_launch(future, reg)
+  launch <- prepare_pool_launch(future, paste(reg, shm_pool$legacy_plan))
   on.exit(launch(), add = TRUE)
   # (what is still serialized meets the user's future.globals.maxSize, as
   # under multisession: globals-limit.R)

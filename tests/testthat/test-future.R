@@ -248,6 +248,25 @@ test_that("a global that cannot be shared falls back to serialization with one w
   expect_clean(opts)
 })
 
+test_that("each plan set anew gives its own fallback warning once", {
+  opts <- options()
+  for (round in 1:2) {
+    with_shm_plan({
+      X <- big()
+      old <- options(pageshare.max_shared_bytes = 0)   # as when memory runs out
+      w <- 0
+      withCallingHandlers(
+        for (i in 1:2) expect_equal(future::value(future::future(sum(X) + i)), sum(X) + i),
+        pageshare_fallback = function(c) { w <<- w + 1; invokeRestart("muffleWarning") })
+      options(old)
+      expect_identical(w, 1, info = paste("plan", round))
+      rm(X)
+    })
+    pageshare:::watch_future_pool()   # (what the end of the top-level call runs on future 1.31)
+  }
+  expect_clean(opts)
+})
+
 test_that("a worker lets go of a segment the caller unlinked at its next future", {
   # Workers collect garbage at the start of a future only when a segment they
   # map has been unlinked (a full collection for every future cost ~30 ms);
