@@ -308,7 +308,8 @@ future_pool_collect <- function(future) {
     state <- future[["state"]]
     pid <- reply$pid %||% future[["pageshare_pid"]]
     key <- if (state %in% c("canceled", "interrupted")) "future_worker_interrupted" else "future_worker_died"
-    msg <- sprintf(pageshare_messages[[key]], future_label(future), class(future)[1], state, pid)
+    msg <- paste0(sprintf(pageshare_messages[[key]], future_label(future), class(future)[1], state, pid),
+                  last_words_note(pid))
     # (future < 1.40 has no FutureInterruptError: a FutureError, as its multisession gives)
     error <- if (legacy_future()) future::FutureError else future_export("FutureInterruptError")
     ex <- error(msg, future = future)

@@ -92,6 +92,7 @@ pageshare_message_kinds <- c(
 
 pageshare_stop <- function(key, ..., call = NULL) {
   msg <- do.call(sprintf, c(list(pageshare_messages[[key]]), list(...)))
+  if (key %in% worker_death_keys) msg <- paste0(msg, last_words_note(..1))
   kind <- pageshare_message_kinds[key]
   if (is.na(kind)) kind <- "bad_argument"
   stop(structure(class = c(paste0("pageshare_", kind), "pageshare_error", "error", "condition"),
@@ -102,9 +103,43 @@ pageshare_stop <- function(key, ..., call = NULL) {
 # "pageshare_warning").
 pageshare_warn <- function(key, ...) {
   msg <- do.call(sprintf, c(list(pageshare_messages[[key]]), list(...)))
+  if (key %in% worker_death_keys) msg <- paste0(msg, last_words_note(..1))
   warning(structure(class = c(paste0("pageshare_", pageshare_message_kinds[[key]]), "pageshare_warning",
                               "warning", "condition"),
                     list(message = msg, call = NULL)))
+}
+
+# The messages that report a worker's death, its pid their first value: what
+# the worker wrote to its standard error before it died follows them.
+worker_death_keys <- c("worker_died", "worker_died_idle", "pool_worker_died", "pool_worker_replaced",
+                       "pool_worker_damaged")
+
+# The last lines a dead worker of the pool wrote to its standard error (a
+# crash report such as R's "caught segfault", a fatal error), kept by pid for
+# the messages that report its death; the last few deaths only.
+last_words <- new.env(parent = emptyenv())
+
+remember_last_words <- function(pid, words) {
+  if (!is.character(words) || length(words) != 1L || !nzchar(trimws(words))) return(invisible())
+  key <- as.character(pid)
+  last_words[[key]] <- words
+  keys <- ls(last_words)
+  if (length(keys) > 16L) rm(list = setdiff(keys, key)[seq_len(length(keys) - 16L)], envir = last_words)
+  invisible()
+}
+
+# ". Its last words on standard error: ..." for worker `pid`, or "" when it
+# wrote nothing. Of a longer text, its first lines (where R's crash report
+# names the cause) and its last ones.
+last_words_note <- function(pid) {
+  words <- last_words[[as.character(pid)]]
+  if (is.null(words)) return("")
+  lines <- strsplit(words, "\n")[[1L]]
+  lines <- lines[nzchar(trimws(lines))]
+  if (length(lines) > 8L) lines <- c(utils::head(lines, 3L), "...", utils::tail(lines, 4L))
+  long <- nchar(lines) > 160L
+  lines[long] <- paste0(substr(lines[long], 1L, 157L), "...")
+  sprintf(". Its last words on standard error:\n%s", paste0("  ", lines, collapse = "\n"))
 }
 
 or_none <- function(x) if (length(x)) paste0("'", x, "'", collapse = ", ") else "nothing"

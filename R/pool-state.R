@@ -153,7 +153,7 @@ pool_wait_event <- function(timeout = NA_real_, idle = FALSE) {
 pool_on_event <- function(ev) {
   switch(ev$event,
          reply = pool_on_reply(ev$what, ev$payload, ev$plain, ev$value, ev$relay),
-         died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting, ev$damaged),
+         died = pool_on_death(ev$slot, ev$pid, ev$begun, ev$unread, ev$waiting, ev$damaged, ev$last_words),
          interrupted = pool_interrupted(),
          out_of_step = pageshare_stop("pool_out_of_step", ev$slot, format(ev$tag), format(ev$expected)),
          condition = pool_on_condition(ev$payload),
@@ -257,8 +257,11 @@ pool_deliver <- function(what, reply) {
 # and job items go back to their jobs. One that died running nothing (killed
 # while idle, or by the out-of-memory killer) is named in a warning. Messages
 # `waiting` with no live worker left get new workers now.
-pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "") {
+pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "", last_words = "") {
   shm_pool$pids[slot] <- NA_integer_
+  # (what it wrote to its standard error before it died goes into every
+  # message that reports its death: last_words_note())
+  remember_last_words(pid, last_words)
   # (a worker the pool ended for writing what no worker writes: said once,
   # here; its tasks fail as a dead worker's do)
   if (nzchar(damaged)) pageshare_warn("pool_worker_damaged", pid, damaged)

@@ -406,6 +406,29 @@ test_that("a killed worker's temporary directory goes when its session ends", {
   expect_false(dir.exists(got$saved$dir))
 })
 
+test_that("a worker's last words on its standard error come with the report of its death", {
+  skip_on_cran()
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(1)
+  t <- shm_call(function() {
+    cat("first line\nmy last words\n", file = stderr())
+    tools::pskill(Sys.getpid(), tools::SIGKILL)
+    Sys.sleep(30)
+  })
+  e <- tryCatch(shm_value(t), error = identity)
+  expect_s3_class(e, "pageshare_worker_died")
+  expect_match(conditionMessage(e), "Its last words on standard error:\n  first line\n  my last words", fixed = TRUE)
+  # a crash (SIGSEGV, 11 on Linux): R's own report of it
+  t <- shm_call(function() { tools::pskill(Sys.getpid(), 11L); Sys.sleep(30) })
+  e <- tryCatch(shm_value(t), error = identity)
+  expect_s3_class(e, "pageshare_worker_died")
+  expect_match(conditionMessage(e), "caught segfault", fixed = TRUE)
+  # a worker that says nothing: the message as before
+  t <- shm_call(function() { tools::pskill(Sys.getpid(), tools::SIGKILL); Sys.sleep(30) })
+  e <- tryCatch(shm_value(t), error = identity)
+  expect_false(grepl("last words", conditionMessage(e), fixed = TRUE))
+})
+
 test_that("a worker killed while idle is replaced before the next task", {
   skip_on_cran()
   on.exit(stop_workers(), add = TRUE)

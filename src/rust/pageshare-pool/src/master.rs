@@ -222,6 +222,8 @@ impl<W> Master<W> {
                     None => continue, // (its worker was ended: its death comes next)
                 },
                 Ok(Received::Died { slot, pid, damaged }) => {
+                    // (read before the slot is vacated, with its worker's pipe)
+                    let last_words = self.pool.last_words(slot);
                     let unread: Vec<u64> = self
                         .pool
                         .vacate(slot)
@@ -238,6 +240,7 @@ impl<W> Master<W> {
                         unread: lost.unread.into_iter().map(|s| s.what).collect(),
                         waiting: self.dispatch.waiting(),
                         damaged,
+                        last_words,
                     })
                 }
                 Err(RingError::Stopped(StopReason::Interrupted)) => Ok(Event::Interrupted),

@@ -72,8 +72,21 @@ pub enum Received {
 
 const STDERR_KEEP: usize = 4096;
 
+/// How long the death of a worker waits for the rest of its standard error
+/// (its end comes at once when the worker exits, unless a process it started
+/// still holds it; a busy machine may delay the thread that reads it).
+const STDERR_LAST_READ: Duration = Duration::from_secs(2);
+
 /// The end of what a worker wrote to its standard error (kept for messages).
-type StderrTail = Arc<Mutex<Vec<u8>>>;
+type StderrTail = Arc<Tail>;
+
+/// What a worker last wrote to its standard error, and whether its end was
+/// read (the worker closed it: it exited).
+#[derive(Default)]
+struct Tail {
+    bytes: Mutex<Vec<u8>>,
+    ended: AtomicBool,
+}
 
 /// How long a connection may take to send its hello once made. A worker sends
 /// it right after connecting; connections are heard side by side, so this only
@@ -222,7 +235,7 @@ impl Pool {
                 .process_group(0);
             match cmd.spawn() {
                 Ok(mut child) => {
-                    let tail = Arc::new(Mutex::new(Vec::new()));
+                    let tail: StderrTail = Arc::default();
                     if let Some(err) = child.stderr.take() {
                         keep_tail(err, Arc::clone(&tail));
                     }
@@ -541,6 +554,19 @@ impl Pool {
         self.workers[slot as usize].as_ref().map(|w| tail_text(&w.stderr)).unwrap_or_default()
     }
 
+    /// What the worker in `slot`, which has died, last wrote to its standard
+    /// error (a crash report, R's fatal error), once all of it was read: the
+    /// thread that reads it may still be at it when the death is seen. Waits
+    /// for that at most `STDERR_LAST_READ`.
+    pub fn last_words(&self, slot: u64) -> String {
+        let Some(w) = self.workers[slot as usize].as_ref() else { return String::new() };
+        let until = Instant::now() + STDERR_LAST_READ;
+        while !w.stderr.ended.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tail_text(&w.stderr)
+    }
+
     /// Ends the worker in `slot` (if any) and leaves the slot empty. Returns
     /// the tags of the messages it had not begun (they never ran: the caller
     /// may send them again).
@@ -618,15 +644,16 @@ fn keep_tail(mut from: std::process::ChildStderr, tail: StderrTail) {
             if n == 0 {
                 break;
             }
-            if let Ok(mut t) = tail.lock() {
+            if let Ok(mut t) = tail.bytes.lock() {
                 t.extend_from_slice(&buf[..n]);
                 let excess = t.len().saturating_sub(STDERR_KEEP);
                 t.drain(..excess);
             }
         }
+        tail.ended.store(true, Ordering::SeqCst);
     });
 }
 
-fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
-    tail.lock().map(|t| String::from_utf8_lossy(&t).into_owned()).unwrap_or_default()
+fn tail_text(tail: &Tail) -> String {
+    tail.bytes.lock().map(|t| String::from_utf8_lossy(&t).into_owned()).unwrap_or_default()
 }

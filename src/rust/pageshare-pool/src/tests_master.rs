@@ -24,6 +24,7 @@ const RING: u64 = 8192;
 /// "condition" relays a condition, then replies; "wrong-number" replies
 /// with another number; "bad-tag" replies with a flag only masters send;
 /// "garbage" publishes bytes no worker writes into its result ring;
+/// "last-words" writes a line to its standard error and ends at once;
 /// anything else is echoed with "release=<flag>" and this worker's pid.
 #[test]
 #[ignore]
@@ -55,6 +56,10 @@ fn wire_worker_main() {
             "wrong-number" => reply(Header::reply(task.number + 1000, task.plain).encode().unwrap(), b""),
             "bad-tag" => reply(task.number | RELEASE, b""),
             "garbage" => results.publish_garbage_for_tests(),
+            "last-words" => {
+                eprintln!("my last words: pid={}", std::process::id());
+                pageshare_core::os::exit_now(3)
+            }
             _ => {
                 if let Some(path) = body.strip_prefix("die-when:") {
                     let until = Instant::now() + Duration::from_secs(60);
@@ -166,7 +171,7 @@ fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read()
     assert_eq!(m.dispatch().load(0), 3);
     std::fs::write(&go, b"").unwrap();
     match next(&mut m) {
-        Event::Died { slot: 0, pid, begun, unread, waiting, damaged: None } => {
+        Event::Died { slot: 0, pid, begun, unread, waiting, damaged: None, .. } => {
             assert_eq!(pid, dying);
             assert_eq!(begun, vec![10], "the task it ran fails");
             assert_eq!(unread, vec![12], "a task it never read and that was not kept goes back to its owner");
@@ -187,6 +192,21 @@ fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read()
     assert!(text(&payload).ends_with(&format!("pid={fresh}")));
     m.stop();
     std::fs::remove_dir_all(go.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_dead_worker_s_last_words_on_its_standard_error_come_with_its_death() {
+    let mut m = master(1, 1);
+    let pid = m.pool().pid(0);
+    submit(&mut m, Some(0), "last-words", true, false, 0);
+    match next(&mut m) {
+        Event::Died { slot: 0, last_words, begun, .. } => {
+            assert_eq!(begun, vec![0]);
+            assert!(last_words.contains(&format!("my last words: pid={pid}")), "{last_words:?}");
+        }
+        other => panic!("expected its death, got {other:?}"),
+    }
+    m.stop();
 }
 
 #[test]

@@ -287,7 +287,17 @@ pub enum Event<W> {
     /// and that were not kept to go again (the kept ones wait again, first);
     /// `waiting`: how many messages wait for a worker. `damaged`: it did not
     /// die by itself but was ended for writing what no worker writes (why).
-    Died { slot: u64, pid: u32, begun: Vec<W>, unread: Vec<W>, waiting: usize, damaged: Option<&'static str> },
+    /// `last_words`: the end of what it wrote to its standard error (a crash
+    /// report, R's fatal error; empty when it wrote nothing).
+    Died {
+        slot: u64,
+        pid: u32,
+        begun: Vec<W>,
+        unread: Vec<W>,
+        waiting: usize,
+        damaged: Option<&'static str>,
+        last_words: String,
+    },
     /// The user interrupted the wait.
     Interrupted,
     /// The wait's time is up.
@@ -347,7 +357,7 @@ impl EventKind {
     pub fn fields(self) -> &'static [&'static str] {
         match self {
             EventKind::Reply => &["event", "what", "payload", "plain", "value", "relay"],
-            EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting", "damaged"],
+            EventKind::Died => &["event", "slot", "pid", "begun", "unread", "waiting", "damaged", "last_words"],
             EventKind::OutOfStep => &["event", "slot", "tag", "expected"],
             EventKind::Condition => &["event", "payload"],
             EventKind::Interrupted | EventKind::TimedOut | EventKind::Idle | EventKind::Delivered => &["event"],

@@ -206,7 +206,7 @@ pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
             let raw = scope.protect(raw_vec(&payload)?)?;
             wire_r::event(EventKind::Condition, &[raw])
         }
-        Event::Died { slot, pid, begun, unread, waiting, damaged } => {
+        Event::Died { slot, pid, begun, unread, waiting, damaged, last_words } => {
             let begun = whats(&mut scope, begun.into_iter())?;
             let unread = whats(&mut scope, unread.into_iter())?;
             let items = [
@@ -216,6 +216,7 @@ pub fn event_to_r(ev: Event<usize>) -> Result<SEXP, RError> {
                 unread,
                 scope.protect(scalar_integer(waiting as i32)?)?,
                 scope.protect(crate::r_calls::scalar_string(damaged.unwrap_or(""))?)?,
+                scope.protect(crate::r_calls::scalar_string(&last_words)?)?,
             ];
             wire_r::event(EventKind::Died, &items)
         }
