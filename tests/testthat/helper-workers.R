@@ -52,7 +52,10 @@ local_shm_plan <- function(workers = 2L, env = parent.frame()) {
   future::plan(pageshare::shm_multisession, workers = workers)
   undo <- function() {
     future::plan(future::sequential)
+    # (what the end of a top-level call runs: future 1.31 has no hook when
+    # the plan changes)
     pageshare:::watch_globals_limit()
+    pageshare:::watch_future_pool()
   }
   do.call(base::on.exit, list(as.call(list(undo)), add = TRUE), envir = env)
   invisible()

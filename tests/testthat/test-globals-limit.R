@@ -15,6 +15,7 @@ limit_plan <- function(limit, env = parent.frame()) {
   withr_defer <- function() {
     future::plan(future::sequential)
     pageshare:::watch_globals_limit()   # what the end of the top-level call runs
+    pageshare:::watch_future_pool()
     options(old)
   }
   do.call(base::on.exit, list(substitute(f(), list(f = withr_defer)), add = TRUE), envir = env)

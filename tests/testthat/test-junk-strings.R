@@ -121,6 +121,7 @@ test_that("junk strings at every argument of every entry point: classed errors, 
 })
 
 test_that("a string the pool cannot read is refused by name, and the pool starts afterwards", {
+  stop_workers()   # (a pool an earlier file left, such as a plan's on future 1.31)
   on.exit(stop_workers(), add = TRUE)
   bytes <- "\xff"
   Encoding(bytes) <- "bytes"
