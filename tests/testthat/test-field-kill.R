@@ -166,8 +166,8 @@ check_field_kill <- function(signal, moment) {
   master_pid <- pids[1L]
   workers <- pids[-1L]
   expect_identical(master_pid, master$get_pid())
-  # (from future 1.40 on, futures run on the pool itself: the same 2 workers)
-  expect_length(unique(workers), if (utils::packageVersion("future") >= "1.40.0") 2L else 4L)
+  # (futures run on the pool itself: the same 2 workers)
+  expect_length(unique(workers), 2L)
   expect_false(any(vapply(workers, function(p) fk_gone(p, procs[[as.character(p)]]), logical(1))))
   expect_true(file.exists(entry))
 
