@@ -80,28 +80,8 @@ run.ShmPoolFuture <- function(future, ...) {
   attributes(values) <- list(names = names(globals))
   threshold <- if (share_results_enabled()) share_threshold() else Inf
   msg <- list(op = "call", FUN = future_pool_stub_legacy(), args = list(expr, values, threshold), threshold = Inf)
-  payload <- if (isTRUE(attr(launch, "shared"))) {
-    with_handles(serialize(msg, NULL, xdr = FALSE))
-  } else {
-    serialize(msg, NULL, xdr = FALSE)
-  }
-  msg <- values <- globals <- NULL
-  launch()
-  task <- new.env(parent = emptyenv())
-  class(task) <- "pageshare_task"
-  task$generation <- shm_pool$generation
-  task$keep <- future[["pageshare_views"]]
-  future[["pageshare_task"]] <- task
-  future[["node"]] <- slot
-  future[["pageshare_pid"]] <- shm_pool$pids[slot]
-  task$tag <- pool_submit(payload, task, slot = slot)
-  held <- future_slots_held()
-  held$slots <- c(held$slots, slot)
-  future[["state"]] <- "running"
-  FutureRegistry <- foreign_internal("future", "FutureRegistry")
-  FutureRegistry(reg, action = "add", future = future, earlySignal = FALSE)
-  future[["pageshare_registered"]] <- TRUE
-  invisible(future)
+  values <- globals <- NULL
+  future_pool_send(future, msg, launch, slot, reg)
 }
 
 # nbrOfWorkers() and nbrOfFreeWorkers() of the plan function (future < 1.40

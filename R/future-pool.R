@@ -67,12 +67,20 @@ launchFuture.ShmPoolFutureBackend <- function(backend, future, ...) {
   data <- getFutureData(future, mc.cores = 1L)
   threshold <- if (share_results_enabled()) share_threshold() else Inf
   msg <- list(op = "call", FUN = future_pool_stub(), args = list(data, threshold), threshold = Inf)
+  data <- NULL
+  future_pool_send(future, msg, launch, slot, reg)
+}
+
+# Sends a future's message `msg` to the worker in `slot` (inside the handle
+# scope when `launch` swapped views in), puts its globals back (`launch()`),
+# and records the future as running there, in `reg`, as future's own
+# backends do. Both future APIs launch through it.
+future_pool_send <- function(future, msg, launch, slot, reg) {
   payload <- if (isTRUE(attr(launch, "shared"))) {
     with_handles(serialize(msg, NULL, xdr = FALSE))
   } else {
     serialize(msg, NULL, xdr = FALSE)
   }
-  data <- msg <- NULL
   launch()
   task <- new.env(parent = emptyenv())
   class(task) <- "pageshare_task"
