@@ -76,7 +76,8 @@
 #' sends data by plain serialization because they could not be shared;
 #' `pageshare_worker_replaced` when a worker of pageshare's own pool died
 #' while it was idle (the message names its pid): a new worker takes its
-#' place and the call runs normally; also when the pool ended a worker that
+#' place and the call runs normally (futures replace it without a warning,
+#' as `multisession` does); also when the pool ended a worker that
 #' wrote what no worker writes into its result ring (the message says what):
 #' what it was running fails as a dead worker's task does.
 #'

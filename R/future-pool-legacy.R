@@ -61,6 +61,8 @@ run.ShmPoolFuture <- function(future, ...) {
     stop(future::FutureError(sprintf("A future ('%s') can only be launched once.", future[["label"]] %||% "<none>"),
                              future = future))
   }
+  quiet <- future_pool_quiet()
+  on.exit(future_pool_quiet(quiet), add = TRUE)
   reg <- future[["pageshare_reg"]]
   slot <- future_pool_slot(future[["workers"]], reg)
   orig <- future[["globals"]]

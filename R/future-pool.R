@@ -58,6 +58,8 @@ future_pool_ensure <- function(workers, rscript_libs, rscript_args) {
 }
 
 launchFuture.ShmPoolFutureBackend <- function(backend, future, ...) {
+  quiet <- future_pool_quiet()
+  on.exit(future_pool_quiet(quiet), add = TRUE)
   reg <- backend[["reg"]]
   slot <- future_pool_slot(backend[["workers"]], reg)
   # (the fallback warning comes once per plan: sharing-rule.R)
@@ -86,6 +88,9 @@ future_pool_send <- function(future, msg, launch, slot, reg) {
   class(task) <- "pageshare_task"
   task$generation <- shm_pool$generation
   task$keep <- future[["pageshare_views"]]
+  # (kept until the reply: should the worker die before it reads the
+  # message, the message goes again to its successor, future_pool_resend())
+  task$payload <- payload
   future[["pageshare_task"]] <- task
   future[["node"]] <- slot
   future[["pageshare_pid"]] <- shm_pool$pids[slot]
@@ -97,6 +102,17 @@ future_pool_send <- function(future, msg, launch, slot, reg) {
   FutureRegistry(reg, action = "add", future = future, earlySignal = FALSE)
   future[["pageshare_registered"]] <- TRUE
   invisible(future)
+}
+
+# Futures replace a worker that died while idle without a word, as future's
+# multisession does (from future 1.40 on it restarts such a worker
+# silently); the pool's warning of it (pool_on_death()) is for its other
+# doors. Set while a future operation reads the pool's events; returns the
+# setting before, for on.exit().
+future_pool_quiet <- function(quiet = TRUE) {
+  before <- isTRUE(shm_pool$quiet_idle_deaths)
+  shm_pool$quiet_idle_deaths <- quiet
+  before
 }
 
 # The function a future's message calls on its worker: a tiny closure of the
@@ -246,7 +262,10 @@ resolved.ShmPoolFuture <- function(x, ...) {
   }
   task <- x[["pageshare_task"]]
   if (is.null(task$reply)) {
+    quiet <- future_pool_quiet()
+    on.exit(future_pool_quiet(quiet), add = TRUE)
     tryCatch(pool_await(task, 0), pageshare_error = function(e) future_pool_lost(task, e))
+    if (future_pool_unread(x)) future_pool_resend(x)
   }
   if (is.null(task$reply)) return(FALSE)
   future_pool_collect(x)
@@ -256,9 +275,13 @@ resolved.ShmPoolFuture <- function(x, ...) {
 result.ShmPoolFuture <- function(future, ...) {
   res <- future[["result"]]
   if (is.null(res)) {
+    quiet <- future_pool_quiet()
+    on.exit(future_pool_quiet(quiet), add = TRUE)
     if (identical(future[["state"]], "created")) future <- future::run(future)
     task <- future[["pageshare_task"]]
-    while (is.null(task$reply)) {
+    repeat {
+      if (future_pool_unread(future)) future_pool_resend(future)
+      if (!is.null(task$reply)) break
       if (!identical(task$generation, shm_pool$generation)) {
         future_pool_lost(task, NULL)
       } else if (identical(pool_wait_event(), "idle") && is.null(task$reply)) {
@@ -270,6 +293,29 @@ result.ShmPoolFuture <- function(future, ...) {
   }
   if (inherits(res, "FutureError")) stop(res)
   res
+}
+
+# Did the future's worker die before it read the future's message (a worker
+# killed while idle, its death read only after the message was written)?
+# Then the future has not begun: it goes to the worker that takes the slot,
+# as multisession launches on a restarted worker. (A future cancelled
+# meanwhile is not sent again: it fails as interrupted, future_pool_collect().)
+future_pool_unread <- function(future) {
+  task <- future[["pageshare_task"]]
+  identical(task$reply$status, "unread") && identical(future[["state"]], "running") &&
+    identical(task$generation, shm_pool$generation)
+}
+
+future_pool_resend <- function(future) {
+  task <- future[["pageshare_task"]]
+  slot <- future[["node"]]
+  task$reply <- NULL
+  tryCatch({
+    if (anyNA(shm_pool$pids)) pool_fill_vacancies()
+    future[["pageshare_pid"]] <- shm_pool$pids[slot]
+    task$tag <- pool_submit(task$payload, task, slot = slot)
+  }, pageshare_error = function(e) future_pool_lost(task, e))
+  invisible()
 }
 
 # A task no message carries any more (its pool was stopped or restarted).
@@ -284,6 +330,7 @@ future_pool_collect <- function(future) {
   task <- future[["pageshare_task"]]
   reply <- task$reply
   task$keep <- NULL
+  task$payload <- NULL
   future[["pageshare_views"]] <- NULL
   future_slot_release(future[["node"]], task$generation)
   if (isTRUE(future[["pageshare_registered"]])) {
@@ -312,7 +359,7 @@ future_pool_collect <- function(future) {
     future[["result"]] <- future::FutureResult(conditions = list(list(condition = cond, signaled = 0L)),
                                                uuid = future[["uuid"]])
     future[["state"]] <- "finished"
-  } else if (status %in% c("died", "lost")) {
+  } else if (status %in% c("died", "unread", "lost")) {
     state <- future[["state"]]
     pid <- reply$pid %||% future[["pageshare_pid"]]
     key <- if (state %in% c("canceled", "interrupted")) "future_worker_interrupted" else "future_worker_died"

@@ -255,7 +255,8 @@ pool_deliver <- function(what, reply) {
 # the caller without waiting for a new R to start). The messages it had begun
 # fail naming its pid; of those it never began, calls wait again (in Rust)
 # and job items go back to their jobs. One that died running nothing (killed
-# while idle, or by the out-of-memory killer) is named in a warning. Messages
+# while idle, or by the out-of-memory killer) is named in a warning, except
+# while futures read the events (future_pool_quiet(), R/future-pool.R). Messages
 # `waiting` with no live worker left get new workers now.
 pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "", last_words = "") {
   shm_pool$pids[slot] <- NA_integer_
@@ -265,15 +266,21 @@ pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "", last_
   # (a worker the pool ended for writing what no worker writes: said once,
   # here; its tasks fail as a dead worker's do)
   if (nzchar(damaged)) pageshare_warn("pool_worker_damaged", pid, damaged)
-  # (a future's message goes to the worker it was sent to: R/future-pool.R;
-  # one that worker never began fails as if it had)
+  # (a future's message goes to the worker it was sent to: one that worker
+  # never read goes again to its successor, future_pool_resend() in
+  # R/future-pool.R)
   for (what in unread) {
-    if (is.environment(what)) pool_deliver(what, list(status = "died", pid = pid)) else job_requeue(what$job, what$info)
+    if (!is.environment(what)) {
+      job_requeue(what$job, what$info)
+    } else {
+      pool_deliver(what, list(status = if (is.null(what$payload)) "died" else "unread", pid = pid))
+    }
   }
   for (what in begun) pool_deliver(what, list(status = "died", pid = pid))
   cancelled <- pid %in% shm_pool$cancelled_pids   # (ended by shm_cancel())
   shm_pool$cancelled_pids <- setdiff(shm_pool$cancelled_pids, pid)
-  if (!nzchar(damaged) && !length(begun) && !cancelled && !any(vapply(unread, is.environment, NA))) {
+  if (!nzchar(damaged) && !length(begun) && !cancelled && !any(vapply(unread, is.environment, NA)) &&
+      !isTRUE(shm_pool$quiet_idle_deaths)) {
     pageshare_warn("pool_worker_replaced", pid)
   }
   if (waiting && all(is.na(shm_pool$pids))) pool_fill_vacancies()

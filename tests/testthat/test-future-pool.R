@@ -154,6 +154,57 @@ test_that("kill -9 of a worker mid-future: a FutureError; 20 futures and chunked
   expect_false(anyNA(pageshare:::shm_pool$pids))
 })
 
+test_that("a worker that died between futures is replaced without a warning, as under multisession", {
+  local_pool_plan(workers = 2)
+  pids <- unlist(future::value(lapply(1:2, function(i) future::future({ Sys.sleep(0.2); Sys.getpid() }))))
+  expect_setequal(pids, pageshare:::shm_pool$pids)
+  # (the first slot's: the one a launch tries first, which finds it dead)
+  victim <- pageshare:::shm_pool$pids[[1L]]
+  tools::pskill(victim, tools::SIGKILL)
+  expect_true(wait_gone(victim))
+  warnings <- list()
+  got <- withCallingHandlers(
+    vapply(1:4, function(i) future::value(future::future(Sys.getpid())), 0L),
+    warning = function(w) {
+      warnings[[length(warnings) + 1L]] <<- w
+      invokeRestart("muffleWarning")
+    })
+  expect_length(warnings, 0L)
+  expect_false(victim %in% got)
+  expect_false(victim %in% pageshare:::shm_pool$pids)
+  expect_false(anyNA(pageshare:::shm_pool$pids))
+  # (the pool's other doors still say so)
+  victim <- pageshare:::shm_pool$pids[[1L]]
+  tools::pskill(victim, tools::SIGKILL)
+  expect_true(wait_gone(victim))
+  expect_warning(lapply(1:6, function(i) shm_value(shm_call(Sys.getpid))), sprintf("worker process %d .* died while it was idle", victim),
+                 class = "pageshare_worker_replaced")
+})
+
+test_that("a future whose worker dies before reading it runs on the worker's successor", {
+  # (set without this file's source references, which future 1.31 puts into
+  # every future's message with the plan's call: a message that small waits
+  # whole in the worker's ring, where a large one waits for the worker)
+  eval(parse(text = "future::plan(pageshare::shm_multisession, workers = 2)", keep.source = FALSE))
+  on.exit(end_plan(), add = TRUE)
+  pids <- pageshare:::shm_pool$pids
+  # Both workers stopped: the future's message waits, unread, in the ring of
+  # the one it goes to, which is then killed (as a worker killed while idle
+  # whose death is read only after a future was sent to it).
+  for (pid in pids) tools::pskill(pid, tools::SIGSTOP)
+  f <- future::future(Sys.getpid())
+  victim <- f[["pageshare_pid"]]
+  expect_true(victim %in% pids)
+  tools::pskill(victim, tools::SIGKILL)
+  for (pid in setdiff(pids, victim)) tools::pskill(pid, tools::SIGCONT)
+  expect_true(wait_gone(victim))
+  got <- future::value(f)
+  expect_false(got %in% pids)
+  expect_identical(got, pageshare:::shm_pool$pids[[f[["node"]]]])
+  expect_identical(f[["pageshare_pid"]], got)
+  expect_identical(vapply(1:5, function(i) future::value(future::future(i)), 0L), 1:5)
+})
+
 test_that("immediate conditions (progressr) reach the caller while the future runs", {
   skip_if_not_installed("progressr")
   old <- options(progressr.enable = TRUE)   # (progressr reports only in interactive sessions by default)
@@ -204,7 +255,7 @@ test_that("rscript_args and rscript_libs start the pool's workers, also its repl
   pid <- future::value(future::future(Sys.getpid()))
   tools::pskill(pid, tools::SIGKILL)
   expect_true(wait_gone(pid))
-  got <- suppressWarnings(future::value(future::future(probe())))   # (the warning: a worker died idle)
+  got <- future::value(future::future(probe()))
   expect_true("--no-site-file" %in% got$args)
   expect_true(normalizePath(lib) %in% got$libs)
   end_plan()
