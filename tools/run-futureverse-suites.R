@@ -9,7 +9,8 @@
 # directory is used; e.g. the public repository at the release tag, or the
 # Debian source package). The suites choose their plans themselves: the copy
 # of their test helpers run here is told to use only the plan under test
-# (future.apply: supportedStrategies() in tests/incl/start,load-only.R; furrr:
+# (future.apply: supportedStrategies() in tests/incl/start,load-only.R, or
+# from 1.20 on in the prologue of its inst/testme scripts; furrr:
 # supported_strategies() in tests/testthat/helper-furrr-test-that.R).
 # future.apply's scripts run one R process each; furrr's testthat files run in
 # one process per plan. Exits with status 1 when shm_multisession fails where
@@ -28,6 +29,7 @@ if (!suite %in% c("future.apply", "furrr") || is.na(source_dir)) {
   stop("usage: run-futureverse-suites.R --suite=future.apply|furrr --source=DIR")
 }
 tests <- file.path(source_dir, "tests")
+testme <- file.path(source_dir, "inst", "testme")
 if (!dir.exists(tests) || !requireNamespace(suite, quietly = TRUE)) {
   message(sprintf("no %s suite in %s (or %s not installed): skipping", suite, source_dir, suite))
   quit(status = 0)
@@ -37,10 +39,13 @@ lib_env <- paste0("R_LIBS=", paste(.libPaths(), collapse = ":"))
 cat(sprintf("%s %s (tests from %s), future %s, R %s\n", suite, utils::packageVersion(suite), source_dir,
             utils::packageVersion("future"), getRversion()))
 
-plan_override <- function(plan, fun) {
+# Lines that redefine the suite's plan list `fun` as the plan under test
+# (saying `say` each time it is asked, when given).
+plan_override <- function(plan, fun, say = NULL) {
   target <- if (plan == "shm_multisession") "pageshare::shm_multisession" else "future::multisession"
+  body <- if (is.null(say)) deparse(plan) else sprintf("{ message(%s); %s }", deparse(say), deparse(plan))
   c("", "## run-futureverse-suites.R: only the plan under test",
-    sprintf("%s <- function(...) %s", fun, deparse(plan)),
+    sprintf("%s <- function(...) %s", fun, body),
     # plan("shm_multisession") looks the name up from the caller
     if (plan == "shm_multisession") "shm_multisession <- pageshare::shm_multisession",
     sprintf("invisible(%s)", target))
@@ -53,7 +58,44 @@ copy_tests <- function() {
   file.path(dir, "tests")
 }
 
+# future.apply >= 1.20 keeps its tests as "testme" scripts (inst/testme/test-*.R,
+# run by its run.R with a prologue that defines supportedStrategies()); the
+# files under tests/ only call the installed package's copy. Here the
+# source's copy runs, its prologue told to use only the plan under test; a
+# script that never asks for the plans says so in its log (no marker).
+run_future_apply_testme <- function(plan) {
+  dir <- file.path(tempfile("testme-"), "testme")
+  dir.create(dir, recursive = TRUE)
+  file.copy(list.files(testme, full.names = TRUE), dir, recursive = TRUE)
+  prologue <- list.files(file.path(dir, "_prologue"), full.names = TRUE)
+  defines <- prologue[vapply(prologue, function(f) any(grepl("supportedStrategies", readLines(f, warn = FALSE))), NA)]
+  if (length(defines) != 1L) stop("future.apply's testme prologue: no single file defines supportedStrategies()")
+  marker <- "run-futureverse-suites.R: plan under test"
+  cat(plan_override(plan, "supportedStrategies", say = paste(marker, plan)), file = defines, sep = "\n", append = TRUE)
+  names <- sub("^test-(.*)[.]R$", "\\1", sort(list.files(dir, pattern = "^test-.*[.]R$")))
+  status <- vapply(names, function(n) {
+    out <- file.path(dirname(dir), paste0(n, ".", plan, ".log"))
+    code <- sprintf("Sys.setenv(R_TESTME_PATH = %s, R_TESTME_PACKAGE = 'future.apply', R_TESTME_NAME = %s); %s source(%s)",
+                    deparse(dir), deparse(n),
+                    if (plan == "shm_multisession") "shm_multisession <- pageshare::shm_multisession;" else "",
+                    deparse(file.path(dir, "run.R")))
+    rc <- system2(rscript, c("--vanilla", "-e", shQuote(code)), stdout = out, stderr = out,
+                  env = lib_env, timeout = 600)
+    log <- readLines(out, warn = FALSE)
+    if (rc != 0) {
+      cat(sprintf("  [%s] %s failed (status %d); last lines:\n%s\n", plan, n, rc,
+                  paste0("    ", utils::tail(log, 8), collapse = "\n")))
+    } else if (!any(grepl(marker, log, fixed = TRUE))) {
+      cat(sprintf("  [%s] %s passed without asking for the plans (it sets its own, or none)\n", plan, n))
+    }
+    rc == 0
+  }, logical(1))
+  unlink(dirname(dir), recursive = TRUE)
+  status
+}
+
 run_future_apply <- function(plan) {
+  if (dir.exists(testme)) return(run_future_apply_testme(plan))
   dir <- copy_tests()
   start <- file.path(dir, "incl", "start,load-only.R")
   cat(plan_override(plan, "supportedStrategies"), file = start, sep = "\n", append = TRUE)
