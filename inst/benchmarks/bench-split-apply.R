@@ -11,9 +11,11 @@
 # Each case runs in a fresh Rscript inside a memory cgroup of its own. Reports:
 #   extra    the cgroup's peak during the map minus its usage just before it
 #            (pieces made, workers started and warm), MB and x multisession's
-#   sent     bytes the master sent to the workers during the map (bytes_sent
-#            of its TCP sockets, from `ss -tip`: future 1.31's workers are
-#            PSOCK nodes), MB per chunk
+#   sent     bytes the master sent to the workers during the map: bytes_sent
+#            of its TCP sockets (`ss -tip`: multisession's workers are PSOCK
+#            nodes) plus the messages it put on pageshare's pool (the
+#            payloads of pool_submit(), where futures run on the pool), MB
+#            per chunk
 #   time     of the map, seconds
 #   shared   the share of columns the workers saw as views
 # Needs root and the cgroup v1 memory controller.
@@ -43,13 +45,19 @@ case <- c(
   '  mine <- grep(sprintf("pid=%d,", Sys.getpid()), out, fixed = TRUE)',
   '  sum(as.numeric(sub(".*bytes_sent:([0-9]+).*", "\\\\1", grep("bytes_sent:", out[mine + 1L], value = TRUE))))',
   '}',
+  '# (and the bytes of the messages it sends through pageshare\'s pool, whose',
+  '# futures travel as pool messages: the payloads given to pool_submit())',
+  'pool_sent <- 0',
+  'if (exists("pool_submit", asNamespace("pageshare"), inherits = FALSE)) {',
+  '  trace("pool_submit", quote(pool_sent <<- pool_sent + length(payload)), where = asNamespace("pageshare"), print = FALSE)',
+  '}',
   'cg <- Sys.getenv("CASE_CGROUP")',
   'invisible(gc())',
   'writeLines("0", file.path(cg, "memory.max_usage_in_bytes"))',
   'before <- as.numeric(readLines(file.path(cg, "memory.usage_in_bytes"))) / 2^20',
-  'w0 <- tcp_sent(); t0 <- Sys.time()',
+  'w0 <- tcp_sent(); pool_sent <- 0; t0 <- Sys.time()',
   'r <- map(pieces, f)',
-  'secs <- as.numeric(Sys.time() - t0, units = "secs"); sent <- (tcp_sent() - w0) / 2^20',
+  'secs <- as.numeric(Sys.time() - t0, units = "secs"); sent <- (tcp_sent() - w0 + pool_sent) / 2^20',
   'peak <- as.numeric(readLines(file.path(cg, "memory.max_usage_in_bytes"))) / 2^20',
   'stopifnot(isTRUE(all.equal(unname(vapply(r, `[[`, 0, "sum")), unname(vapply(pieces, function(p) sum(vapply(p, sum, 0)), 0)))))',
   'plan(sequential)',
