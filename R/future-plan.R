@@ -5,10 +5,11 @@
 #' `nbrOfWorkers()`, `nbrOfFreeWorkers()`, workers stopped when the plan
 #' changes) with one difference: when a future is launched, each of its globals
 #' that is a shareable vector of at least `getOption("pageshare.threshold")`
-#' bytes (also inside lists and data frame columns; the smaller vectors of one
-#' global, lists inside it included, are packed together when they reach the
-#' threshold together, so the pieces of `split(df, g)` in a chunk of
-#' `future_lapply()` travel as handles) is copied once
+#' bytes (also inside lists, data frame columns and the row names a data
+#' frame stores; the smaller vectors of one global, lists inside it included,
+#' are packed together when they reach the threshold together, so the pieces
+#' of `split(df, g)` in a chunk of `future_lapply()` travel as handles) is
+#' copied once
 #' into POSIX shared memory ([share()]), and the worker receives a handle of a few
 #' hundred bytes instead of the data (the rule is the same for [registerDoShm()]
 #' and [memApply()]). Every worker reads the same pages through a

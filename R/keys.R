@@ -169,9 +169,7 @@ share_columns_keyed <- function(x, key, where) {
   sync_shared_budget()
   .Call(ps_share_keyed, manifest, NULL, blob, key, segment_dir(), FALSE,
         as.double(pageshare_option("pageshare.key_wait")))
-  out <- views
-  attributes(out) <- attributes(x)
-  out
+  with_attributes_of(views, x)
 }
 
 # A vector's attributes as a segment stores them (NULL for none). Version 2

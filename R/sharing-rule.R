@@ -13,10 +13,11 @@
 #   foreach iteration column, a value bound in a closure's frame) with the
 #   lists inside it, so the pieces of split(df, g) that a chunk of
 #   future_lapply() carries are packed together;
-# * lists and data frames are walked (up to 50 levels), and so are the frames
-#   a closure carries when it is serialized (its environment and their parents
-#   up to the global environment, a namespace or a package): large values
-#   bound there, plainly or as forced promises, are swapped for views *in
+# * lists and data frames are walked (up to 50 levels; a data frame's row
+#   names after its columns when it stores them, stored_row_names()), and so
+#   are the frames a closure carries when it is serialized (its environment
+#   and their parents up to the global environment, a namespace or a
+#   package): large values bound there, plainly or as forced promises, are swapped for views *in
 #   place* while the task is sent and put back right after (restore_shared());
 #   a view has the same value, so code that runs meanwhile sees the same
 #   data. Missing arguments and active bindings are left alone.
@@ -130,10 +131,18 @@ share_walk <- function(x, state, depth = 0L, name = "") {
         out[i] <- list(new)
       }
     }
-    if (!is.null(out)) {
-      attributes(out) <- attributes(x)
-      return(out)
+    # (then its row names, when it keeps them as a vector: pack_leaves()'s order)
+    rows <- stored_row_names(x)
+    shared_rows <- NULL
+    if (!is.null(rows)) {
+      before <- length(state$views)
+      new <- share_walk(rows, state, depth + 1L, paste0(if (nzchar(name)) name else "a data frame", " (row names)"))
+      if (length(state$views) > before) {
+        shared_rows <- new
+        if (is.null(out)) out <- unclass(x)
+      }
     }
+    if (!is.null(out)) return(with_attributes_of(out, x, rows = shared_rows %||% .row_names_info(x, 0L)))
   }
   x
 }
@@ -180,8 +189,9 @@ is_pack_leaf <- function(x, threshold) {
 
 # The vectors that packing may take in chunk `x` (a list met at `depth`), in
 # the order in which share_walk() meets them: the elements of the lists from
-# `x` down, up to the walk's depth of 50. (The walk descends into every list
-# of a chunk that packs, so that it meets each of them.)
+# `x` down, up to the walk's depth of 50, each list's stored row names after
+# its elements. (The walk descends into every list of a chunk that packs, so
+# that it meets each of them.)
 pack_leaves <- function(x, threshold, depth) {
   found <- list()
   for (i in seq_along(x)) {
@@ -193,7 +203,28 @@ pack_leaves <- function(x, threshold, depth) {
       found <- c(found, pack_leaves(el, threshold, depth + 1L))
     }
   }
+  rows <- stored_row_names(x)
+  if (!is.null(rows) && is_pack_leaf(rows, threshold)) found[[length(found) + 1L]] <- rows
   found
+}
+
+# The row names a list (a data frame) keeps as a vector of their own, as
+# subsetting and split() leave them (4 bytes a row, or the text of each
+# name), or NULL: the walk shares them as it shares columns. R's compact
+# form of 1:n, c(NA, -n), is left alone. (.row_names_info(x, 0L) reads the
+# attribute as stored; attr() would expand the compact form.)
+stored_row_names <- function(x) {
+  rows <- .row_names_info(x, 0L)
+  if (is.null(rows) || (is.integer(rows) && length(rows) == 2L && is.na(rows[1L]))) NULL else rows
+}
+
+# `out` with x's attributes, row names as x stores them (or `rows`):
+# attributes() gives automatic row names as 1:n, which R then keeps as names
+# of the data frame's own (as.matrix() would show them, unlike x's).
+with_attributes_of <- function(out, x, rows = .row_names_info(x, 0L)) {
+  attributes(out) <- attributes(x)
+  if (!is.null(rows)) attr(out, "row.names") <- rows
+  out
 }
 
 # Packs the small vectors of chunk `x` (met at `depth`, found as `name`) when

@@ -93,6 +93,11 @@ test_that("a data frame under a key given by hand: each column a view, found by 
   expect_true(release_key("frame"))
   expect_false(any(held()))    # (nothing left to release: release_key("frame") let go of them)
   expect_true(release_key("matrix"))
+  # what share() returns here keeps the automatic row names automatic (as.matrix() gives none)
+  own <- share(df, key = "frame-here")
+  expect_identical(.row_names_info(own, 1L), -1000L)
+  expect_null(rownames(as.matrix(own[c("x", "n")])))
+  expect_true(release_key("frame-here"))
   # a list whose elements are not all vectors is refused under a key given by hand
   e <- tryCatch(share(list(1, list(2)), key = "nested"), error = function(e) e)
   expect_s3_class(e, "pageshare_error")

@@ -144,7 +144,7 @@ split_pieces <- function() {
 # What a worker sees of a piece: whether each column is a view, the segment
 # of each column, and the piece's values.
 piece_report <- function(p) {
-  list(shared = vapply(p, pageshare::is_shared, NA),
+  list(shared = c(vapply(p, pageshare::is_shared, NA), row.names = pageshare::is_shared(.row_names_info(p, 0L))),
        segments = vapply(p, function(v) if (pageshare::is_shared(v)) pageshare::shared_info(v)$name else "", ""),
        value = list(sums = vapply(p, sum, 0), rows = rownames(p)[c(1, nrow(p))], piece = p))
 }
@@ -172,7 +172,7 @@ test_that("the pieces of split() in one chunk are packed together, through every
   got$foreach <- foreach::foreach(p = pieces, .export = "piece_report") %dopar% piece_report(p)
   for (door in names(got)) {
     r <- got[[door]]
-    # every column of every piece is a view in the worker
+    # every column of every piece, and its row names, is a view in the worker
     expect_true(all(vapply(r, function(x) all(x$shared), NA)), info = door)
     # (foreach's list has no names)
     expect_identical(lapply(r, `[[`, "value"), if (door == "foreach") unname(expected) else expected,
@@ -186,6 +186,42 @@ test_that("the pieces of split() in one chunk are packed together, through every
   stop_workers()
   clear_cache_and_gc()
   expect_length(setdiff(segments_now(), before), 0L)   # (no segment of the chunks left)
+})
+
+test_that("a data frame's stored row names are shared with it, once, and automatic ones stay compact", {
+  local_shm_plan()
+  before <- segments_now()
+  df <- data.frame(x = runif(4e5))[-1, , drop = FALSE]     # row names 2..4e5 stored: 1.6 MB
+  seen <- function(d) {
+    rows <- .row_names_info(d, 0L)
+    list(shared = pageshare::is_shared(rows),
+         segment = if (pageshare::is_shared(rows)) pageshare::shared_info(rows)$name else "",
+         d = d)
+  }
+  a <- future::value(future::future(seen(df)))
+  after_first <- segments_now()
+  b <- future::value(future::future(seen(df)))
+  expect_true(a$shared)
+  expect_identical(a$segment, b$segment)                     # shared once: the same segment
+  expect_length(setdiff(segments_now(), after_first), 0L)   # and no new one
+  expect_identical(a$d, df)
+  expect_identical(b$d, df)
+  # names as text
+  named <- df
+  rownames(named) <- sprintf("r%07d", seq_len(nrow(named)))
+  got <- future::value(future::future(seen(named)))
+  expect_true(got$shared)
+  expect_identical(got$d, named)
+  # automatic row names stay R's compact c(NA, -n) on the worker
+  auto <- data.frame(x = runif(4e5))
+  got <- future::value(future::future(list(info = .row_names_info(auto, 1L), d = auto,
+                                           matrix_rows = rownames(as.matrix(auto)))))
+  expect_identical(got$info, -400000L)
+  expect_null(got$matrix_rows)                               # (as under multisession)
+  expect_identical(got$d, auto)
+  rm(a, b, got)
+  clear_cache_and_gc()
+  expect_length(setdiff(segments_now(), before), 0L)
 })
 
 test_that("a chunk packs what is below the threshold alone, and leaves small types and other chunks alone", {
