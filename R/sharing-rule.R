@@ -17,10 +17,11 @@
 #   names after its columns when it stores them, stored_row_names()), and so
 #   are the frames a closure carries when it is serialized (its environment
 #   and their parents up to the global environment, a namespace or a
-#   package): large values bound there, plainly or as forced promises, are swapped for views *in
-#   place* while the task is sent and put back right after (restore_shared());
-#   a view has the same value, so code that runs meanwhile sees the same
-#   data. Missing arguments and active bindings are left alone.
+#   package): large values bound there, plainly or as forced promises, are
+#   swapped for views *in place* while the task is sent and put back right
+#   after (restore_shared()); a view has the same value, so code that runs
+#   meanwhile sees the same data. Missing arguments and active bindings are
+#   left alone.
 #
 # Before the walk, each door forces the promises that the closures it sends
 # will read from their frames (force_sent_promises()), as future forces the
@@ -208,12 +209,14 @@ pack_leaves <- function(x, threshold, depth) {
   found
 }
 
-# The row names a list (a data frame) keeps as a vector of their own, as
-# subsetting and split() leave them (4 bytes a row, or the text of each
-# name), or NULL: the walk shares them as it shares columns. R's compact
-# form of 1:n, c(NA, -n), is left alone. (.row_names_info(x, 0L) reads the
-# attribute as stored; attr() would expand the compact form.)
+# The row names a list with a class (a data frame) keeps as a vector of
+# their own, as subsetting and split() leave them (4 bytes a row, or the text
+# of each name), or NULL: the walk shares them as it shares columns. R's
+# compact form of 1:n, c(NA, -n), is left alone. (.row_names_info(x, 0L)
+# reads the attribute as stored; attr() would expand the compact form. The
+# Rust prefilter, stored_row_names() in entry_share.rs, asks the same.)
 stored_row_names <- function(x) {
+  if (!is.object(x)) return(NULL)
   rows <- .row_names_info(x, 0L)
   if (is.null(rows) || (is.integer(rows) && length(rows) == 2L && is.na(rows[1L]))) NULL else rows
 }

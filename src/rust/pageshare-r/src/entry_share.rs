@@ -36,9 +36,9 @@ pub extern "C" fn ps_share_packed_rs(leaves: SEXP, attrs: SEXP, cache_limit: SEX
 /// Could walking `x` share anything: is `x`, or a list element at any depth
 /// (up to 50), a view, a received vector, or a vector of at least `threshold`
 /// data bytes (character: 8 bytes per element plus the text), or a list whose
-/// stored row names are one of these, or whose packable elements at any depth
-/// ([`packable_bytes`]) reach `threshold` together? A prefilter for the R-level walk, which costs ~10 us per
-/// element: a future_lapply chunk's list of 4000 indices took ~35 ms to walk,
+/// stored row names are one of these, or whose packable elements at any
+/// depth ([`packable_bytes`]) reach `threshold` together? A prefilter for the
+/// R-level walk, which costs ~10 us per element: a future_lapply chunk's list of 4000 indices took ~35 ms to walk,
 /// on the master for every future and on the worker for every result. May say
 /// yes where the walk then finds nothing; never says no where it would find
 /// something.
@@ -76,7 +76,11 @@ pub(crate) unsafe fn worth_walking(x: SEXP, threshold: f64, depth: u32) -> bool 
             SEXPTYPE::VECSXP => {
                 depth < 50
                     && ((0..n).any(|i| worth_walking(VECTOR_ELT(x, i), threshold, depth + 1))
-                        || stored_row_names(x).is_some_and(|rows| worth_walking(rows, threshold, depth + 1))
+                        || match stored_row_names(x) {
+                            Ok(rows) => rows.is_some_and(|rows| worth_walking(rows, threshold, depth + 1)),
+                            // (R could not say: the walk will)
+                            Err(_) => true,
+                        }
                         || packable_bytes(x, threshold, 0.0, depth, threshold) >= threshold)
             }
             // (the walk decides: an environment's bindings are listed there)
@@ -139,7 +143,7 @@ unsafe fn packable_bytes(x: SEXP, threshold: f64, min: f64, depth: u32, enough: 
             }
         }
         // (after the elements: the walk meets a list's row names last)
-        if let Some(rows) = stored_row_names(x) {
+        if let Ok(Some(rows)) = stored_row_names(x) {
             if view_of(rows).is_none() && TYPEOF(rows) == SEXPTYPE::INTSXP {
                 let b = XLENGTH(rows) as f64 * 4.0;
                 if b >= min && b < threshold {
@@ -151,20 +155,26 @@ unsafe fn packable_bytes(x: SEXP, threshold: f64, min: f64, depth: u32, enough: 
     }
 }
 
-/// The row names list `x` keeps as a vector of their own (a data frame's
-/// after subsetting or split(); not R's compact form of 1:n, which
-/// getAttrib() gives as an ALTREP sequence), or None. The walk shares them as
-/// it shares the list's elements (R/sharing-rule.R, `stored_row_names()`).
+/// The row names that list `x`, an object (a data frame), keeps as a vector
+/// of their own (after subsetting or split(); not R's compact form of 1:n,
+/// which getAttrib() gives as an ALTREP sequence), or None. The walk shares
+/// them as it shares the list's elements (R/sharing-rule.R,
+/// `stored_row_names()`).
 ///
 /// # Safety
-/// `x` is a valid SEXP, on R's main thread.
-unsafe fn stored_row_names(x: SEXP) -> Option<SEXP> {
-    // SAFETY: getAttrib allocates only for compact row names (a small ALTREP
-    // sequence, not kept); nothing else is held unprotected meanwhile.
+/// `x` is a valid list, on R's main thread.
+unsafe fn stored_row_names(x: SEXP) -> Result<Option<SEXP>, RError> {
+    // SAFETY: the class bit and the attribute of a valid object are read;
+    // getAttrib allocates for compact row names (a small ALTREP sequence, not
+    // kept, only looked at), so it runs under try_r, and what the caller holds
+    // is reachable from protected values.
     unsafe {
-        let rows = Rf_getAttrib(x, R_RowNamesSymbol);
+        if Rf_isObject(x) == Rboolean::FALSE {
+            return Ok(None);
+        }
+        let rows = r_calls::try_r(|| Rf_getAttrib(x, R_RowNamesSymbol))?;
         let stored = rows != nil() && (ALTREP(rows) == 0 || view_of(rows).is_some());
-        stored.then_some(rows)
+        Ok(stored.then_some(rows))
     }
 }
 
