@@ -19,4 +19,11 @@ failed <- vapply(results, function(t) {
 skipped <- !failed & df$skipped
 passed <- !failed & !skipped
 cat(sprintf("R: %d passed, %d failed, %d skipped\n", sum(passed), sum(failed), sum(skipped)))
+# Each failed test in one line ("R failed: file: test: what"), which .ci/run
+# gathers at the end of its output, where the stages' long logs are cut.
+for (t in results[failed]) {
+  bad <- Filter(function(r) inherits(r, c("expectation_failure", "expectation_error")), t$results)
+  what <- gsub("\\s+", " ", conditionMessage(bad[[1L]]))
+  cat(sprintf("R failed: %s: %s: %s\n", t$file, t$test, substr(what, 1L, 300L)))
+}
 quit(status = if (any(failed)) 1 else 0)
