@@ -20,14 +20,6 @@ end_plan <- function() {
   pageshare:::watch_globals_limit()
 }
 
-alive <- function(pid) file.exists(sprintf("/proc/%d", pid)) &&
-  !grepl("^State:\\s+Z", grep("^State:", readLines(sprintf("/proc/%d/status", pid)), value = TRUE))
-
-wait_gone <- function(pids, seconds = 10) {
-  deadline <- Sys.time() + seconds
-  while (any(vapply(pids, alive, NA)) && Sys.time() < deadline) Sys.sleep(0.05)
-  !any(vapply(pids, alive, NA))
-}
 
 local_pool_plan <- function(..., env = parent.frame()) {
   future::plan(pageshare::shm_multisession, ...)
@@ -50,7 +42,7 @@ test_that("futures run on the pool's workers, the pool shm_call() uses, sized by
   pids <- pageshare:::shm_pool$pids
   end_plan()
   expect_null(pageshare:::shm_pool$pids)
-  expect_true(wait_gone(pids))
+  expect_true(pids_gone(pids))
 })
 
 test_that("a workers count the plan refuses is an error when the plan is set (future.tests' check)", {
@@ -88,7 +80,7 @@ test_that("a plan set again starts fresh workers, as multisession's are", {
   after <- pageshare:::shm_pool$pids
   expect_length(after, 2L)
   expect_length(intersect(before, after), 0L)
-  expect_true(wait_gone(before))
+  expect_true(pids_gone(before))
 })
 
 test_that("n futures in flight run on n distinct workers", {
@@ -137,10 +129,14 @@ test_that("kill -9 of a worker mid-future: a FutureError; 20 futures and chunked
   skip_if_not_installed("future.apply")
   local_pool_plan(workers = 2)
   X <- as.double(seq_len(2e5))
-  f <- future::future({ Sys.sleep(30); sum(X) })
+  began <- tempfile("began")
+  f <- future::future({ file.create(began); Sys.sleep(30); sum(X) })
   # (the worker running f: its pid is in the future once launched)
   victim <- f[["pageshare_pid"]]
   expect_true(victim %in% pageshare:::shm_pool$pids)
+  # Killed mid-future, once the future runs: killed before it read the
+  # future, the worker's successor runs it (the test after next).
+  wait_for_file(began)
   tools::pskill(victim, tools::SIGKILL)
   err <- tryCatch(future::value(f), error = function(e) e)
   expect_s3_class(err, died_class)
@@ -161,7 +157,7 @@ test_that("a worker that died between futures is replaced without a warning, as 
   # (the first slot's: the one a launch tries first, which finds it dead)
   victim <- pageshare:::shm_pool$pids[[1L]]
   tools::pskill(victim, tools::SIGKILL)
-  expect_true(wait_gone(victim))
+  expect_true(pids_gone(victim))
   warnings <- list()
   got <- withCallingHandlers(
     vapply(1:4, function(i) future::value(future::future(Sys.getpid())), 0L),
@@ -176,7 +172,7 @@ test_that("a worker that died between futures is replaced without a warning, as 
   # (the pool's other doors still say so)
   victim <- pageshare:::shm_pool$pids[[1L]]
   tools::pskill(victim, tools::SIGKILL)
-  expect_true(wait_gone(victim))
+  expect_true(pids_gone(victim))
   expect_warning(lapply(1:6, function(i) shm_value(shm_call(Sys.getpid))), sprintf("worker process %d .* died while it was idle", victim),
                  class = "pageshare_worker_replaced")
 })
@@ -197,7 +193,7 @@ test_that("a future whose worker dies before reading it runs on the worker's suc
   expect_true(victim %in% pids)
   tools::pskill(victim, tools::SIGKILL)
   for (pid in setdiff(pids, victim)) tools::pskill(pid, tools::SIGCONT)
-  expect_true(wait_gone(victim))
+  expect_true(pids_gone(victim))
   got <- future::value(f)
   expect_false(got %in% pids)
   expect_identical(got, pageshare:::shm_pool$pids[[f[["node"]]]])
@@ -254,7 +250,7 @@ test_that("rscript_args and rscript_libs start the pool's workers, also its repl
   expect_true(normalizePath(lib) %in% got$libs)
   pid <- future::value(future::future(Sys.getpid()))
   tools::pskill(pid, tools::SIGKILL)
-  expect_true(wait_gone(pid))
+  expect_true(pids_gone(pid))
   got <- future::value(future::future(probe()))
   expect_true("--no-site-file" %in% got$args)
   expect_true(normalizePath(lib) %in% got$libs)
@@ -280,7 +276,7 @@ test_that("cancel() of a queued and of a running future; lazy futures; errors ke
   pid <- f[["pageshare_pid"]]
   f <- future::cancel(f, interrupt = TRUE)
   expect_error(future::value(f), class = "FutureInterruptError")
-  expect_true(wait_gone(pid))
+  expect_true(pids_gone(pid))
   expect_identical(future::nbrOfFreeWorkers(), 2L)
   expect_identical(future::value(future::future(3)), 3)
 })
@@ -312,5 +308,5 @@ test_that("a plan change stops the pool: at once on future >= 1.32, after the to
   res <- system2(file.path(R.home("bin"), "Rscript"), script, stdout = TRUE, stderr = TRUE)
   got <- as.integer(strsplit(trimws(tail(res, 1)), " +")[[1]])
   expect_identical(got[1:3], c(2L, if (packageVersion("future") >= "1.32.0") 0L else 2L, 0L))
-  expect_true(wait_gone(got[4:5]))
+  expect_true(pids_gone(got[4:5]))
 })

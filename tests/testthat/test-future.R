@@ -50,9 +50,6 @@ expect_clean <- function(opts_before) {
   expect_identical(after[keys], opts_before[keys])
 }
 
-alive <- function(pid) file.exists(sprintf("/proc/%d", pid)) &&
-  !grepl("^State:\\s+Z", grep("^State:", readLines(sprintf("/proc/%d/status", pid)), value = TRUE))
-
 big <- function(n = 2e5) as.double(seq_len(n)) # 1.6 MB > 1 MiB threshold
 
 test_that("futures, %<-%, futureCall give the same values as multisession", {
@@ -327,9 +324,7 @@ test_that("switching plans leaves no worker and no segment", {
     expect_true(length(pids) >= 1)
     future::plan(future::sequential)
     pageshare:::watch_future_pool()   # (what the end of the top-level call runs on future 1.31)
-    deadline <- Sys.time() + 5
-    while (any(vapply(pids, alive, NA)) && Sys.time() < deadline) Sys.sleep(0.05)
-    expect_false(any(vapply(pids, alive, NA)))
+    expect_true(pids_gone(pids))
     rm(X)
   })
   expect_clean(opts)
@@ -391,7 +386,7 @@ test_that("a worker its future killed is replaced in the pool; the next futures 
     # (future < 1.40 has no FutureInterruptError: a FutureError, as its multisession gives)
     expect_error(future::value(future::future(tools::pskill(Sys.getpid(), tools::SIGKILL))),
                  class = if (packageVersion("future") >= "1.40.0") "FutureInterruptError" else "FutureError")
-    expect_false(alive(first))
+    expect_true(pids_gone(first))
     again <- vapply(1:3, function(i) future::value(future::future(Sys.getpid())), 0)
     expect_length(unique(again), 1L)                   # one new worker, in the same slot
     expect_false(first %in% again)
@@ -406,10 +401,14 @@ test_that("a worker killed while running a future is replaced; no process and no
     X <- big()
     fs0 <- lapply(1:2, function(i) future::future({ Sys.sleep(0.3); Sys.getpid() }))
     pids0 <- vapply(fs0, future::value, 0)
-    slow <- future::future({ Sys.sleep(30); length(X) })
+    began <- tempfile("began")
+    slow <- future::future({ file.create(began); Sys.sleep(30); length(X) })
     idle <- future::value(future::future(Sys.getpid()))   # the other worker
     busy <- setdiff(pids0, idle)
     expect_length(busy, 1L)
+    # (killed once it runs `slow`: one killed before reading it would give it
+    # to its successor)
+    wait_for_file(began)
     tools::pskill(busy, tools::SIGKILL)
     expect_error(future::value(slow), class = "FutureError")
     # two futures at once: two live workers, the dead one not among them
@@ -422,8 +421,7 @@ test_that("a worker killed while running a future is replaced; no process and no
     rm(X, slow, fs, fs0)
   })
   expect_clean(opts)
-  Sys.sleep(0.5)
-  expect_false(any(vapply(pids, alive, NA)))
+  expect_true(pids_gone(pids))
 })
 
 test_that("nested plan: a view sent to a plain cluster worker arrives as data", {

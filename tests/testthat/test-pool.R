@@ -221,6 +221,10 @@ test_that("a worker looks for stale views only after its master let go of segmen
   reads <- function() as.numeric(sub("^syscr: ", "", grep("^syscr", readLines(io), value = TRUE)))
   segs <- lapply(1:40, function(i) share(runif(2e5)))
   for (s in segs) shm_value(shm_call(function(v) length(v), s))   # (the worker maps all 40)
+  # (segments of earlier code that a collection would let go of meanwhile
+  # make a look due: let go of them now, and tell the worker)
+  invisible(gc())
+  shm_value(shm_call(function() NULL))
   before <- reads()
   for (i in 1:20) shm_value(shm_call(function(v) length(v), segs[[1]]))
   for (i in 1:20) shm_value(shm_call(function(i) i, i))
