@@ -91,6 +91,7 @@ future_pool_send <- function(future, msg, launch, slot, reg) {
   # (kept until the reply: should the worker die before it reads the
   # message, the message goes again to its successor, future_pool_resend())
   task$payload <- payload
+  task$future <- TRUE
   future[["pageshare_task"]] <- task
   future[["node"]] <- slot
   future[["pageshare_pid"]] <- shm_pool$pids[slot]
@@ -308,12 +309,9 @@ future_pool_unread <- function(future) {
 
 future_pool_resend <- function(future) {
   task <- future[["pageshare_task"]]
-  slot <- future[["node"]]
-  task$reply <- NULL
   tryCatch({
-    if (anyNA(shm_pool$pids)) pool_fill_vacancies()
-    future[["pageshare_pid"]] <- shm_pool$pids[slot]
-    task$tag <- pool_submit(task$payload, task, slot = slot)
+    pool_send_again(task, future[["node"]])
+    future[["pageshare_pid"]] <- shm_pool$pids[future[["node"]]]
   }, pageshare_error = function(e) future_pool_lost(task, e))
   invisible()
 }

@@ -9,7 +9,9 @@
 #'   to give every worker the same data once: large values in `...` are shared
 #'   once and read by the workers in place. Set-up calls accumulate; a worker
 #'   started later in the same pool (one that replaces a worker that died)
-#'   runs them all, in order, before its first task. A new pool
+#'   runs them all, in order, before its first task; should a worker die
+#'   before it reads `expr`, its replacement runs it, so `expr` runs once on
+#'   each worker. A new pool
 #'   ([stop_workers()], or [start_workers()] with another size) starts
 #'   without them.
 #' * `shm_resolved(task)` says whether a task's value is in, without waiting.
@@ -64,15 +66,7 @@ shm_everywhere <- function(expr, ...) {
   pool_ensure()
   setups <- c(shm_pool$setup, list(list(expr = substitute(expr), values = values)))
   sent <- pool_setup_message(setups[length(setups)])
-  tasks <- lapply(seq_along(shm_pool$pids), function(slot) {
-    task <- new.env(parent = emptyenv())
-    class(task) <- "pageshare_task"
-    task$generation <- shm_pool$generation
-    task$keep <- sent$keep
-    task$pid <- shm_pool$pids[slot]
-    task$tag <- pool_submit(sent$payload, task, slot = slot, resend = TRUE)
-    task
-  })
+  tasks <- pool_await_each(pool_submit_each(sent$payload, keep = sent$keep))
   for (task in tasks) {
     tryCatch(shm_value(task), pageshare_task_failed = function(e) {
       task_failed_error(sprintf(pageshare_messages$everywhere_failed, task$pid, conditionMessage(e$parent)), e$parent)

@@ -96,14 +96,11 @@ reply_value <- function(reply) {
 # FUN(...) on every worker of the pool (one call each, in slot order): the
 # list of their values. For checks of the workers' state.
 pool_call_each <- function(FUN, ...) {
+  lapply(pool_await_each(pool_submit_each(pool_call_each_message(FUN, list(...)))), shm_value)
+}
+
+# The message of pool_call_each(): FUN(args) on a worker, its value sent back whole.
+pool_call_each_message <- function(FUN, args) {
   pool_ensure()
-  msg <- serialize(list(op = "call", FUN = FUN, args = list(...), threshold = Inf), NULL, xdr = FALSE)
-  tasks <- lapply(seq_along(shm_pool$pids), function(slot) {
-    task <- new.env(parent = emptyenv())
-    class(task) <- "pageshare_task"
-    task$generation <- shm_pool$generation
-    task$tag <- pool_submit(msg, task, slot = slot, resend = TRUE)
-    task
-  })
-  lapply(tasks, shm_value)
+  serialize(list(op = "call", FUN = FUN, args = args, threshold = Inf), NULL, xdr = FALSE)
 }

@@ -121,13 +121,14 @@ pool_fill_vacancies <- function() {
 }
 
 # Sends `payload` (`plain`: it holds no handle) to the worker in `slot`, or
-# (slot NA) to the least busy worker with room, else it waits its turn (then,
-# as with `resend`, it goes to another worker should its worker die before
-# reading it). `what` says what to do with the reply: the task of a call (an
-# environment), or list(job, info) (see pool_drive()). Returns its tag.
-pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_, resend = FALSE) {
+# (slot NA) to the least busy worker with room, else it waits its turn (then
+# it goes to another worker should its worker die before reading it; one
+# sent to a slot is "unread" then, pool_on_death()). `what` says what to do
+# with the reply: the task of a call (an environment), or list(job, info)
+# (see pool_drive()). Returns its tag.
+pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_) {
   for (attempt in 1:2) {
-    tag <- .Call(ps_pool_submit, slot, payload, plain, what, resend)
+    tag <- .Call(ps_pool_submit, slot, payload, plain, what)
     if (tag > 0) return(tag)
     if (tag == -2) pool_interrupted()
     # The worker is gone (it died while idle, or with tasks): the replies it
@@ -137,6 +138,63 @@ pool_submit <- function(payload, what, plain = FALSE, slot = NA_integer_, resend
     pool_fill_vacancies()
   }
   pageshare_stop("pool_worker_died", shm_pool$pids[slot], "a message", "a worker just started")
+}
+
+# Messages for every worker, one each (set-up code, checks of each worker):
+# the message of each slot goes to the worker in that slot, and should that
+# worker die before reading it, to the worker that takes the slot next (not
+# to another slot's worker, which has its own); see pool_await_each().
+# Returns the tasks, in slot order.
+pool_submit_each <- function(payload, keep = NULL) {
+  lapply(seq_along(shm_pool$pids), function(slot) {
+    task <- new.env(parent = emptyenv())
+    class(task) <- "pageshare_task"
+    task$generation <- shm_pool$generation
+    task$keep <- keep
+    task$slot <- slot
+    # (kept until the reply: pool_on_death() says "unread" of a message that
+    # a task keeps and its worker never read)
+    task$payload <- payload
+    task$pid <- shm_pool$pids[slot]
+    task$tag <- pool_submit(payload, task, slot = slot)
+    task
+  })
+}
+
+# Waits until every task of pool_submit_each() has its reply (read it with
+# shm_value()), sending a message its worker died before reading to the
+# slot's next worker. Returns the tasks.
+pool_await_each <- function(tasks) {
+  for (task in tasks) {
+    repeat {
+      pool_wait_reply(task)
+      if (!identical(task$reply$status, "unread")) break
+      pool_send_again(task, task$slot)
+      task$pid <- shm_pool$pids[task$slot]
+    }
+    task$payload <- NULL
+  }
+  tasks
+}
+
+# Sends the message a task keeps (`task$payload`) again, to the worker now in
+# `slot`: the one it went to died before reading it.
+pool_send_again <- function(task, slot) {
+  task$reply <- NULL
+  if (anyNA(shm_pool$pids)) pool_fill_vacancies()
+  task$tag <- pool_submit(task$payload, task, slot = slot)
+  invisible(task)
+}
+
+# Waits until `task` has its reply; a task of a pool stopped since, or one
+# that no message carries any more, is an error (pool_lost_task()).
+pool_wait_reply <- function(task) {
+  while (is.null(task$reply)) {
+    if (!identical(task$generation, shm_pool$generation) || identical(pool_wait_event(), "idle")) {
+      pool_lost_task(task)
+    }
+  }
+  invisible(task)
 }
 
 # Waits for the next event of the pool and handles it; returns its name (see
@@ -253,11 +311,12 @@ pool_deliver <- function(what, reply) {
 # The worker in `slot` died: its slot is emptied (a new worker takes it when
 # the pool is next used, see pool_fill_vacancies(), so that the error reaches
 # the caller without waiting for a new R to start). The messages it had begun
-# fail naming its pid; of those it never began, calls wait again (in Rust)
-# and job items go back to their jobs. One that died running nothing (killed
-# while idle, or by the out-of-memory killer) is named in a warning, except
-# while futures read the events (future_pool_quiet(), R/future-pool.R). Messages
-# `waiting` with no live worker left get new workers now.
+# fail naming its pid; of those it never began, calls for any worker wait
+# again (in Rust), job items go back to their jobs, and messages for its slot
+# are "unread" to their tasks. One that died running nothing (killed while
+# idle, or by the out-of-memory killer) is named in a warning, except for
+# futures (future_pool_quiet(), R/future-pool.R). Messages `waiting` with no
+# live worker left get new workers now.
 pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "", last_words = "") {
   shm_pool$pids[slot] <- NA_integer_
   # (what it wrote to its standard error before it died goes into every
@@ -266,9 +325,8 @@ pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "", last_
   # (a worker the pool ended for writing what no worker writes: said once,
   # here; its tasks fail as a dead worker's do)
   if (nzchar(damaged)) pageshare_warn("pool_worker_damaged", pid, damaged)
-  # (a future's message goes to the worker it was sent to: one that worker
-  # never read goes again to its successor, future_pool_resend() in
-  # R/future-pool.R)
+  # (a message for its slot that it never read goes again to the slot's next
+  # worker: future_pool_resend() in R/future-pool.R, pool_await_each())
   for (what in unread) {
     if (!is.environment(what)) {
       job_requeue(what$job, what$info)
@@ -279,7 +337,7 @@ pool_on_death <- function(slot, pid, begun, unread, waiting, damaged = "", last_
   for (what in begun) pool_deliver(what, list(status = "died", pid = pid))
   cancelled <- pid %in% shm_pool$cancelled_pids   # (ended by shm_cancel())
   shm_pool$cancelled_pids <- setdiff(shm_pool$cancelled_pids, pid)
-  if (!nzchar(damaged) && !length(begun) && !cancelled && !any(vapply(unread, is.environment, NA)) &&
+  if (!nzchar(damaged) && !length(begun) && !cancelled && !any(vapply(unread, function(w) isTRUE(w$future), NA)) &&
       !isTRUE(shm_pool$quiet_idle_deaths)) {
     pageshare_warn("pool_worker_replaced", pid)
   }

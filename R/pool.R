@@ -163,12 +163,7 @@ shm_value <- function(task, timeout = NULL) {
   if (!inherits(task, "pageshare_task")) {
     pageshare_stop("not_task", describe_object(task))
   }
-  while (is.null(task$reply)) {
-    # (a task of a pool stopped since, or one that no message carries any more)
-    if (!identical(task$generation, shm_pool$generation) || identical(pool_wait_event(), "idle")) {
-      pool_lost_task(task)
-    }
-  }
+  pool_wait_reply(task)
   reply <- task$reply
   if (!is.null(reply$relay)) {
     relay_emit(reply$relay, task$relay$stdout %||% TRUE, if (is.null(task$relay)) "condition" else task$relay$conditions)

@@ -43,7 +43,7 @@
   X(ps_processes_gone, 1) X(ps_inject_fault, 2) X(ps_handover_self_test, 0)                      \
   X(ps_segments_table, 2) X(ps_content_key, 2) X(ps_share_keyed, 7) X(ps_retrieve_keyed, 2)      \
   X(ps_release_key, 1)                                                                             \
-  X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 5)                   \
+  X(ps_pool_start, 8) X(ps_pool_stop, 0) X(ps_pool_pids, 0) X(ps_pool_submit, 4)                   \
   X(ps_pool_free_slot, 2) X(ps_pool_cancel, 1) X(ps_pool_has_room, 2) X(ps_pool_dispatch, 0)      \
   X(ps_pool_fill, 1) X(ps_pool_stderr, 1) X(ps_pool_worker_connect, 0)                            \
   X(ps_pool_worker_reply, 4) X(ps_pool_worker_running, 0) X(ps_rng_stream, 2)                    \

@@ -89,6 +89,50 @@ test_that("set-up code that fails on a later worker fails that worker's tasks, s
   expect_equal(unlist(on_each_worker(function() exists("flag", globalenv()))), c(FALSE, FALSE))
 })
 
+test_that("set-up code whose worker dies before reading it runs on the slot's next worker, once on each", {
+  skip_on_cran()
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  pids <- pageshare:::pool_pids()
+  log <- tempfile("setup")
+  # The second worker is stopped: its set-up message waits unread until the
+  # first worker's set-up kills it (after a pause in which the message is
+  # written; were it not, the message would go to the next worker anyway).
+  tools::pskill(pids[2L], tools::SIGSTOP)
+  expect_warning(
+    shm_everywhere({
+      cat(Sys.getpid(), "\n", file = log, append = TRUE)
+      if (Sys.getpid() == first) {
+        Sys.sleep(0.5)
+        tools::pskill(second, tools::SIGKILL)
+      }
+    }, log = log, first = pids[1L], second = pids[2L]),
+    sprintf("worker process %d .* died while it was idle", pids[2L]), class = "pageshare_worker_replaced")
+  now <- pageshare:::pool_pids()
+  expect_identical(now[1L], pids[1L])
+  expect_false(now[2L] %in% pids)
+  # (once each: not twice on the first worker, not missing on the new one)
+  expect_setequal(as.integer(readLines(log)), now)
+  expect_length(readLines(log), 2L)
+  expect_identical(shm_status()$setup, 1L)
+})
+
+test_that("a message for each worker whose worker died unread goes to the slot's next worker, not another", {
+  on.exit(stop_workers(), add = TRUE)
+  start_workers(2)
+  pids <- pageshare:::pool_pids()
+  tools::pskill(pids[2L], tools::SIGSTOP)
+  tasks <- pageshare:::pool_submit_each(pageshare:::pool_call_each_message(Sys.getpid, list()))
+  tools::pskill(pids[2L], tools::SIGKILL)
+  expect_true(pids_gone(pids[2L]))
+  expect_warning(got <- vapply(pageshare:::pool_await_each(tasks), shm_value, 0L),
+                 class = "pageshare_worker_replaced")
+  expect_identical(got, pageshare:::pool_pids())
+  expect_identical(got[1L], pids[1L])
+  expect_false(got[2L] %in% pids)
+  expect_identical(vapply(tasks, function(t) t$pid, 0L), got)
+})
+
 test_that("shm_value(timeout =) gives up in time and the task goes on; shm_resolved() does not wait", {
   on.exit(stop_workers(), add = TRUE)
   start_workers(1)

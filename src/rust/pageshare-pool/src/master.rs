@@ -141,18 +141,18 @@ impl<W> Master<W> {
     /// Sends `bytes` (`plain`: it holds no handle) with `what` to the worker
     /// in `slot` (0-based), or, when `slot` is None, to the least busy worker
     /// with room, else it waits for one (and is kept, to go to another
-    /// worker should its worker die before reading it, as it is when
-    /// `resend`).
+    /// worker should its worker die before reading it). A message for one
+    /// slot that its worker never read goes back to its owner
+    /// ([`Event::Died`]'s `unread`), whose business it is to send it again.
     pub fn submit(
         &mut self,
         slot: Option<usize>,
         bytes: &[u8],
         plain: bool,
-        resend: bool,
         what: W,
         give_up: GiveUp,
     ) -> Result<Submitted<W>, Damaged> {
-        let keep = slot.is_none() || resend;
+        let keep = slot.is_none();
         // (the bytes are copied only for a message that is kept or waits)
         let kept = || Message { payload: bytes.to_vec(), plain };
         let choose = |m: &Master<W>| match slot {

@@ -86,8 +86,8 @@ fn master(workers: u64, depth: usize) -> Master<usize> {
     Master::new(pool, RING, depth, 2, Duration::ZERO)
 }
 
-fn submit(m: &mut Master<usize>, slot: Option<usize>, body: &str, plain: bool, resend: bool, what: usize) -> u64 {
-    match m.submit(slot, body.as_bytes(), plain, resend, what, &mut never()).unwrap() {
+fn submit(m: &mut Master<usize>, slot: Option<usize>, body: &str, plain: bool, what: usize) -> u64 {
+    match m.submit(slot, body.as_bytes(), plain, what, &mut never()).unwrap() {
         Submitted::Number(n) => n,
         other => panic!("not sent: {other:?}"),
     }
@@ -114,7 +114,7 @@ fn tasks_spread_over_the_workers_and_each_reply_finds_its_what() {
     let mut m = master(2, 2);
     let pids = [m.pool().pid(0), m.pool().pid(1)];
     for i in 0..40 {
-        submit(&mut m, None, &format!("task {i}"), true, false, i);
+        submit(&mut m, None, &format!("task {i}"), true, i);
     }
     let mut seen = [false; 40];
     let mut by = std::collections::HashSet::new();
@@ -141,9 +141,9 @@ fn tasks_spread_over_the_workers_and_each_reply_finds_its_what() {
 fn a_reply_that_may_hold_handles_holds_back_waiting_messages_and_the_release_word() {
     let go = trigger("release");
     let mut m = master(1, 2);
-    submit(&mut m, None, &format!("reply-when:{}", go.display()), false, false, 0);
-    submit(&mut m, None, "b", false, false, 1);
-    submit(&mut m, None, "c", false, false, 2);
+    submit(&mut m, None, &format!("reply-when:{}", go.display()), false, 0);
+    submit(&mut m, None, "b", false, 1);
+    submit(&mut m, None, "c", false, 2);
     assert_eq!(m.dispatch().waiting(), 1, "depth 2: the third waits");
     std::fs::write(&go, b"").unwrap();
     let Event::Reply { what: 0, payload, plain: false, .. } = next(&mut m) else { panic!("a's reply first") };
@@ -163,23 +163,33 @@ fn a_reply_that_may_hold_handles_holds_back_waiting_messages_and_the_release_wor
 #[test]
 fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read() {
     let go = trigger("death");
+    let later = go.with_file_name("later");
     let mut m = master(2, 2);
     let (dying, other) = (m.pool().pid(0), m.pool().pid(1));
-    submit(&mut m, Some(0), &format!("die-when:{}", go.display()), true, true, 10);
-    submit(&mut m, Some(0), "kept", true, true, 11);
-    submit(&mut m, Some(0), "not kept", true, false, 12);
+    // (the other worker full, so that the message for any worker goes to the
+    // dying one, behind the task it dies in)
+    submit(&mut m, Some(1), &format!("reply-when:{}", later.display()), true, 20);
+    submit(&mut m, Some(1), &format!("reply-when:{}", later.display()), true, 21);
+    submit(&mut m, Some(0), &format!("die-when:{}", go.display()), true, 10);
+    submit(&mut m, None, "kept", true, 11);
+    submit(&mut m, Some(0), "for slot 0", true, 12);
     assert_eq!(m.dispatch().load(0), 3);
     std::fs::write(&go, b"").unwrap();
     match next(&mut m) {
         Event::Died { slot: 0, pid, begun, unread, waiting, damaged: None, .. } => {
             assert_eq!(pid, dying);
             assert_eq!(begun, vec![10], "the task it ran fails");
-            assert_eq!(unread, vec![12], "a task it never read and that was not kept goes back to its owner");
-            assert_eq!(waiting, 0, "the kept one went at once to the live worker");
+            assert_eq!(unread, vec![12], "a task for its slot it never read goes back to its owner");
+            assert_eq!(waiting, 1, "the one for any worker waits for the live worker");
         }
         other => panic!("expected its death, got {other:?}"),
     }
     assert!(eventually(|| gone(dying)));
+    std::fs::write(&later, b"").unwrap();
+    for what in [20, 21] {
+        let Event::Reply { what: w, .. } = next(&mut m) else { panic!("the other worker's replies") };
+        assert_eq!(w, what);
+    }
     let Event::Reply { what: 11, payload, .. } = next(&mut m) else { panic!("the kept task ran elsewhere") };
     assert!(text(&payload).ends_with(&format!("pid={other}")));
     assert_eq!(next(&mut m), Event::Idle);
@@ -187,7 +197,7 @@ fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read()
     m.fill(0, &mut never()).unwrap().unwrap();
     let fresh = m.pool().pid(0);
     assert!(fresh != dying && fresh > 0);
-    submit(&mut m, Some(0), "again", true, false, 13);
+    submit(&mut m, Some(0), "again", true, 13);
     let Event::Reply { what: 13, payload, .. } = next(&mut m) else { panic!("the new worker answers") };
     assert!(text(&payload).ends_with(&format!("pid={fresh}")));
     m.stop();
@@ -198,7 +208,7 @@ fn a_worker_dying_mid_task_fails_what_it_began_and_requeues_what_it_never_read()
 fn a_dead_worker_s_last_words_on_its_standard_error_come_with_its_death() {
     let mut m = master(1, 1);
     let pid = m.pool().pid(0);
-    submit(&mut m, Some(0), "last-words", true, false, 0);
+    submit(&mut m, Some(0), "last-words", true, 0);
     match next(&mut m) {
         Event::Died { slot: 0, last_words, begun, .. } => {
             assert_eq!(begun, vec![0]);
@@ -213,9 +223,9 @@ fn a_dead_worker_s_last_words_on_its_standard_error_come_with_its_death() {
 fn a_worker_that_dies_at_once_is_replaced_and_what_waited_goes_to_the_others() {
     let mut m = master(2, 1);
     // (depth 1: one task per worker; the rest wait, and are kept)
-    submit(&mut m, None, "die", true, false, 0);
-    submit(&mut m, None, "x", true, false, 1);
-    submit(&mut m, None, "y", true, false, 2);
+    submit(&mut m, None, "die", true, 0);
+    submit(&mut m, None, "x", true, 1);
+    submit(&mut m, None, "y", true, 2);
     let mut replies = Vec::new();
     let mut deaths = 0;
     while replies.len() < 2 {
@@ -245,11 +255,11 @@ fn a_worker_that_dies_at_once_is_replaced_and_what_waited_goes_to_the_others() {
 #[test]
 fn conditions_arrive_before_their_reply_and_out_of_step_replies_are_named() {
     let mut m = master(1, 2);
-    let n = submit(&mut m, None, "condition", true, false, 0);
+    let n = submit(&mut m, None, "condition", true, 0);
     assert_eq!(next(&mut m), Event::Condition { payload: b"a condition".to_vec() });
     let Event::Reply { what: 0, payload, .. } = next(&mut m) else { panic!("the reply after") };
     assert_eq!(text(&payload), "after the condition");
-    let n2 = submit(&mut m, None, "wrong-number", true, false, 1);
+    let n2 = submit(&mut m, None, "wrong-number", true, 1);
     assert!(n2 > n);
     assert_eq!(next(&mut m), Event::OutOfStep { slot: 0, number: n2 + 1000, expected: Some(n2) });
     m.stop();
@@ -264,8 +274,8 @@ fn a_worker_that_writes_what_no_worker_writes_is_ended_and_replaced() {
     for what in ["bad-tag", "garbage"] {
         let mut m = master(2, 2);
         let (bad, good) = (m.pool().pid(0), m.pool().pid(1));
-        submit(&mut m, Some(0), what, true, false, 0);
-        submit(&mut m, Some(1), "fine", true, false, 1);
+        submit(&mut m, Some(0), what, true, 0);
+        submit(&mut m, Some(1), "fine", true, 1);
         let mut died = None;
         let mut replied = false;
         while died.is_none() || !replied {
@@ -285,7 +295,7 @@ fn a_worker_that_writes_what_no_worker_writes_is_ended_and_replaced() {
         assert!(eventually(|| gone(bad)), "{what}: the worker was ended");
         assert_eq!(next(&mut m), Event::Idle);
         m.fill(0, &mut never()).unwrap().unwrap();
-        submit(&mut m, Some(0), "again", true, false, 2);
+        submit(&mut m, Some(0), "again", true, 2);
         let Event::Reply { what: 2, payload, .. } = next(&mut m) else { panic!("{what}: the new worker answers") };
         assert!(!text(&payload).ends_with(&format!("pid={bad}")));
         m.stop();
@@ -298,7 +308,7 @@ fn waits_end_when_given_up_and_stop_gives_back_what_was_out() {
     let mut m = master(1, 2);
     let mut buf = Vec::new();
     assert_eq!(m.next_event(&mut buf, false, &mut never()).unwrap(), Event::Idle);
-    submit(&mut m, None, &format!("die-when:{}", go.display()), true, false, 7);
+    submit(&mut m, None, &format!("die-when:{}", go.display()), true, 7);
     let mut interrupt = || Some(StopReason::Interrupted);
     assert_eq!(m.next_event(&mut buf, false, &mut interrupt).unwrap(), Event::Interrupted);
     let until = Instant::now() + Duration::from_millis(50);
@@ -339,7 +349,7 @@ fn a_map_goes_on_without_a_worker_that_dies_and_its_unread_chunk_goes_again() {
                 format!("chunk {} {}", c.start, c.end)
             };
             sent.push(c);
-            submit(&mut m, Some(slot), &body, true, false, sent.len() - 1);
+            submit(&mut m, Some(slot), &body, true, sent.len() - 1);
             out += 1;
             if m.dispatch().load(0) == 2 && !go.exists() {
                 // (worker 0 holds its begun chunk and one unread: now it dies)

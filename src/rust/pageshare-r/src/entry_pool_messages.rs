@@ -23,23 +23,23 @@ const NA_INT: i32 = i32::MIN;
 /// Sends `payload` (`plain`: it holds no handle) with `what` to the worker
 /// in `slot` (1-based), or, when `slot` is NA, to the least busy worker with
 /// room, else it waits for one (and is kept, to go to another worker should
-/// its worker die before reading it, as it is when `resend`). Returns the
+/// its worker die before reading it; one for a slot whose worker dies
+/// unread is reported "unread", see pool_on_death()). Returns the
 /// message's tag, or -1 when the worker in `slot` is gone and -2 when the
 /// user interrupted a long send.
 #[no_mangle]
-pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what: SEXP, resend: SEXP) -> SEXP {
+pub extern "C" fn ps_pool_submit_rs(slot: SEXP, payload: SEXP, plain: SEXP, what: SEXP) -> SEXP {
     entry(|| {
         // (NA: R's NA_integer_ is the smallest int)
         let slot = (crate::r_calls::as_integer(slot)? != NA_INT).then_some(slot);
         let bytes = crate::args::raw_arg(payload, "payload")?;
         let plain = crate::args::flag_arg(plain)?;
-        let resend = crate::args::flag_arg(resend)?;
-        scalar_real(submit(slot, bytes, plain, what, resend)?)
+        scalar_real(submit(slot, bytes, plain, what)?)
     })
 }
 
 /// `ps_pool_submit`'s work (`slot` None: NA): the message's tag, or -1 / -2.
-pub fn submit(slot: Option<SEXP>, bytes: &[u8], plain: bool, what: SEXP, resend: bool) -> Result<f64, RError> {
+pub fn submit(slot: Option<SEXP>, bytes: &[u8], plain: bool, what: SEXP) -> Result<f64, RError> {
     let mut guard = pool()?;
     let m = guard.as_mut().ok_or_else(no_pool)?;
     let slot = match slot {
@@ -47,7 +47,7 @@ pub fn submit(slot: Option<SEXP>, bytes: &[u8], plain: bool, what: SEXP, resend:
         None => None,
     };
     let key = crate::r_store::keep(what)?;
-    let submitted = m.submit(slot, bytes, plain, resend, key, &mut master_give_up(None)).map_err(damaged)?;
+    let submitted = m.submit(slot, bytes, plain, key, &mut master_give_up(None)).map_err(damaged)?;
     Ok(match submitted {
         Submitted::Number(n) => n as f64,
         Submitted::Gone(key) => {

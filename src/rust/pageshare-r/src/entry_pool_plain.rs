@@ -286,7 +286,7 @@ pub extern "C" fn ps_pool_call_plain_rs(fun: SEXP, args: SEXP, pids: SEXP, gener
             Rf_unprotect(1);
             task
         })?)?;
-        let tag = crate::entry_pool_messages::submit(None, &payload, true, task, false)?;
+        let tag = crate::entry_pool_messages::submit(None, &payload, true, task)?;
         if tag < 0.0 {
             return crate::r_calls::scalar_real(tag);
         }
