@@ -122,11 +122,18 @@ test_that("every bad input is a classed error naming the argument and the value"
 # a pageshare_error; valid values may succeed. All in this process: the pool
 # has one worker (option pageshare.workers), started once.
 
+# (the sweep's namespaces and keys are this process's own: the index is the
+# user's, and another R session of theirs, e.g. another run of this suite,
+# may use the same names meanwhile; its registrations would answer here)
+sweep_ns <- paste0("sweep_ns_", Sys.getpid())
+sweep_key <- paste0("sweep_key_", Sys.getpid())
+sweep_digits <- as.character(Sys.getpid())   # (a name made of digits)
+
 sweep_values <- list(
   "NULL" = NULL, "NA" = NA, "-1" = -1, "0" = 0, "1.5" = 1.5, "Inf" = Inf, "NaN" = NaN,
   "empty string" = "", "two strings" = c("a", "b"), "100 kB string" = strrep("x", 1e5),
   "list" = list(1), "function" = function(...) NULL, "environment" = new.env(),
-  "raw(0)" = raw(0), "1i" = 1i, "TRUE" = TRUE, "\"2\"" = "2")
+  "raw(0)" = raw(0), "1i" = 1i, "TRUE" = TRUE, "digits" = sweep_digits)
 
 sweep_X <- matrix(as.double(1:20), 4)
 sweep_y <- rep(1:2, 5)
@@ -138,20 +145,20 @@ sweep_plan <- list(
   is_shared = list(base = list(x = 1)),
   memApply = list(base = list(X = sweep_X, MARGIN = 2, FUN = sum)),
   memLapply = list(base = list(X = 1:3, FUN = sum)),
-  memshare_gc = list(base = list(namespace = "sweep_ns")),
+  memshare_gc = list(base = list(namespace = sweep_ns)),
   mutual_information = list(base = list(X = matrix(as.double(1:20), 10), y = sweep_y)),
   mutualinfo = list(base = list(x = as.double(1:10), y = sweep_y, isXDiscrete = TRUE)),
   pageList = list(base = list()),
   registerDoShm = list(base = list(cores = 1), after = quote(foreach::registerDoSEQ())),
-  registerVariables = list(base = list(namespace = "sweep_ns", variableList = list(a = 1)),
-                           after = quote(memshare_gc("sweep_ns"))),
-  releaseVariables = list(base = list(namespace = "sweep_ns", variableNames = "a")),
-  releaseViews = list(base = list(namespace = "sweep_ns", variableNames = "a")),
-  release_key = list(base = list(key = "sweep_key")),
-  retrieveMetadata = list(base = list(namespace = "sweep_ns", variableName = "a")),
-  retrieveViews = list(base = list(namespace = "sweep_ns", variableNames = "a")),
-  share = list(base = list(x = 1:3), after = quote(for (k in c("2", "sweep_key")) release_key(k))),
-  shared_by_key = list(base = list(key = "sweep_key")),
+  registerVariables = list(base = list(namespace = sweep_ns, variableList = list(a = 1)),
+                           after = quote(for (ns in c(sweep_ns, sweep_digits)) memshare_gc(ns))),
+  releaseVariables = list(base = list(namespace = sweep_ns, variableNames = "a")),
+  releaseViews = list(base = list(namespace = sweep_ns, variableNames = "a")),
+  release_key = list(base = list(key = sweep_key)),
+  retrieveMetadata = list(base = list(namespace = sweep_ns, variableName = "a")),
+  retrieveViews = list(base = list(namespace = sweep_ns, variableNames = "a")),
+  share = list(base = list(x = 1:3), after = quote(for (k in c(sweep_digits, sweep_key)) release_key(k))),
+  shared_by_key = list(base = list(key = sweep_key)),
   shared_info = list(base = list(x = 1)),
   shared_segments = list(base = list()),
   shm_call = list(base = list(FUN = identity)),
@@ -211,7 +218,7 @@ run_sweep <- function() {
 
 test_that("the sweep over every export's arguments raises only pageshare_error", {
   old <- options(pageshare.workers = 1)
-  on.exit({ stop_workers(); options(old); foreach::registerDoSEQ(); memshare_gc("sweep_ns") }, add = TRUE)
+  on.exit({ stop_workers(); options(old); foreach::registerDoSEQ(); for (ns in c(sweep_ns, sweep_digits)) memshare_gc(ns) }, add = TRUE)
   res <- run_sweep()
   unclassed <- res[!is.na(res$classed) & !res$classed, ]
   expect_gt(nrow(res), 900L)
