@@ -1,9 +1,11 @@
 #!/usr/bin/env Rscript
-# Run future.apply's or furrr's own test suite under plan(shm_multisession) and,
-# for comparison, plan(multisession), and report every difference.
+# Run future.apply's, furrr's or doFuture's own test suite under
+# plan(shm_multisession) and, for comparison, plan(multisession), and report
+# every difference.
 #
 #   Rscript tools/run-futureverse-suites.R --suite=future.apply --source=DIR [--plans=shm_multisession,multisession]
 #   Rscript tools/run-futureverse-suites.R --suite=furrr --source=DIR
+#   Rscript tools/run-futureverse-suites.R --suite=doFuture --source=DIR
 #
 # DIR is the package's source tree at the version installed (its tests/
 # directory is used; e.g. the public repository at the release tag, or the
@@ -11,10 +13,15 @@
 # of their test helpers run here is told to use only the plan under test
 # (future.apply: supportedStrategies() in tests/incl/start,load-only.R, or
 # from 1.20 on in the prologue of its inst/testme scripts; furrr:
-# supported_strategies() in tests/testthat/helper-furrr-test-that.R).
-# future.apply's scripts run one R process each; furrr's testthat files run in
+# supported_strategies() in tests/testthat/helper-furrr-test-that.R;
+# doFuture: the same file as future.apply's, and its scripts' own calls of
+# future:::supportedStrategies() are pointed at it).
+# future.apply's and doFuture's scripts run one R process each; furrr's testthat files run in
 # one process per plan. Exits with status 1 when shm_multisession fails where
 # multisession passes, and skips (status 0) when DIR has no such suite.
+# doFuture is not packaged by Debian: install it from its public repository
+# at a release tag into a library of its own (0.12.2 runs on future 1.31,
+# 1.0.x needs future >= 1.32) and pass that tree as DIR.
 # furrr's `_dfr`/`_dfc` tests need dplyr (Debian: r-cran-dplyr): without it
 # those files end in errors under every plan.
 args <- commandArgs(trailingOnly = TRUE)
@@ -25,8 +32,8 @@ opt <- function(name, default = NA) {
 suite <- opt("suite")
 source_dir <- opt("source")
 plans <- strsplit(opt("plans", "shm_multisession,multisession"), ",")[[1]]
-if (!suite %in% c("future.apply", "furrr") || is.na(source_dir)) {
-  stop("usage: run-futureverse-suites.R --suite=future.apply|furrr --source=DIR")
+if (!suite %in% c("future.apply", "furrr", "doFuture") || is.na(source_dir)) {
+  stop("usage: run-futureverse-suites.R --suite=future.apply|furrr|doFuture --source=DIR")
 }
 tests <- file.path(source_dir, "tests")
 testme <- file.path(source_dir, "inst", "testme")
@@ -94,12 +101,26 @@ run_future_apply_testme <- function(plan) {
   status
 }
 
-run_future_apply <- function(plan) {
-  if (dir.exists(testme)) return(run_future_apply_testme(plan))
+# The scripts of tests/ (future.apply before 1.20, doFuture), each in an R
+# process of its own; tests/incl/start,load-only.R, which they all source,
+# defines the plan list. doFuture's scripts also ask future for it
+# (future:::supportedStrategies()): those calls are pointed at that list.
+# Where a script expects what happens on workers that are other R sessions
+# by the plan's name (`strategy %in% c("cluster", "multisession")`: a `...`
+# not exported is then an error, as it is under shm_multisession too),
+# shm_multisession joins that list.
+run_test_scripts <- function(plan) {
   dir <- copy_tests()
   start <- file.path(dir, "incl", "start,load-only.R")
   cat(plan_override(plan, "supportedStrategies"), file = start, sep = "\n", append = TRUE)
   files <- sort(list.files(dir, pattern = "[.]R$"))
+  for (f in file.path(dir, files)) {
+    code <- readLines(f, warn = FALSE)
+    new <- gsub("future:::supportedStrategies(", "supportedStrategies(", code, fixed = TRUE)
+    by_name <- grepl("strategy %in% c(", new, fixed = TRUE)
+    new[by_name] <- gsub('"multisession")', '"multisession", "shm_multisession")', new[by_name], fixed = TRUE)
+    if (!identical(new, code)) writeLines(new, f)
+  }
   home <- setwd(dir)   # the scripts source incl/ relative to tests/
   on.exit(setwd(home))
   status <- vapply(files, function(f) {
@@ -138,9 +159,13 @@ run_furrr <- function(plan) {
   ok
 }
 
+run_future_apply <- function(plan) {
+  if (dir.exists(testme)) run_future_apply_testme(plan) else run_test_scripts(plan)
+}
+
 results <- lapply(stats::setNames(plans, plans), function(p) {
   cat(sprintf("== %s under plan(%s)\n", suite, p))
-  if (suite == "future.apply") run_future_apply(p) else run_furrr(p)
+  switch(suite, future.apply = run_future_apply(p), furrr = run_furrr(p), doFuture = run_test_scripts(p))
 })
 files <- sort(unique(unlist(lapply(results, names))))
 tab <- vapply(results, function(r) ifelse(is.na(r[files]), "-", ifelse(r[files], "ok", "FAIL")), character(length(files)))
