@@ -34,19 +34,13 @@ before_round <- function(n) {
   suppressWarnings(as.numeric(out[!is.na(suppressWarnings(as.numeric(out)))]))
 }
 
-plans <- list(sequential = function() plan(sequential),
-              multisession = function() plan(multisession, workers = 2),
-              shm_multisession = function() plan(shm_multisession, workers = 2))
-times <- list()
-for (r in seq_len(rounds)) {
-  for (name in names(plans)) {
-    plans[[name]]()
-    invisible(time_calls(5))                         # warm: workers up, code compiled
-    times[[name]] <- c(times[[name]], time_calls(calls))
-    plan(sequential)
-  }
-  if (!is.na(before_lib)) times[["shm_multisession (before)"]] <- c(times[["shm_multisession (before)"]], before_round(calls))
+source(file.path("inst", "benchmarks", "future-rounds.R"))
+add_before <- function(times) {
+  name <- "shm_multisession (before)"
+  times[[name]] <- rbind(times[[name]], as.matrix(before_round(calls)))
+  times
 }
+times <- interleave_future_plans(rounds, calls, time_calls, each_round = if (!is.na(before_lib)) add_before)
 seq_ms <- 1000 * median(times$sequential)
 cat(sprintf("R %s, future %s, pageshare %s; %d rounds x %d calls, medians; load average %s\n", getRversion(),
             packageVersion("future"), packageVersion("pageshare"), rounds, calls,
