@@ -363,12 +363,11 @@ future_pool_collect <- function(future) {
     key <- if (state %in% c("canceled", "interrupted")) "future_worker_interrupted" else "future_worker_died"
     msg <- paste0(sprintf(pageshare_messages[[key]], future_label(future), class(future)[1], state, pid),
                   last_words_note(pid))
-    # (future < 1.40 has no FutureInterruptError: a FutureError, as its multisession gives)
-    error <- if (legacy_future()) future::FutureError else future_export("FutureInterruptError")
-    ex <- error(msg, future = future)
+    ex <- future_interrupt_error(msg, future, canceled = identical(state, "canceled"))
     class(ex) <- c(class(ex)[1L], "pageshare_worker_died", class(ex)[-1L])
     future[["result"]] <- ex
-    future[["state"]] <- "interrupted"
+    # (a canceled future stays canceled, as multisession's does)
+    if (!identical(state, "canceled")) future[["state"]] <- "interrupted"
   } else {
     why <- if (inherits(reply$condition, "condition")) conditionMessage(reply$condition) else "an unexpected reply"
     future[["result"]] <- future::FutureError(sprintf(pageshare_messages$future_pool_failed, future_label(future), why),
@@ -376,6 +375,21 @@ future_pool_collect <- function(future) {
     future[["state"]] <- "failed"
   }
   invisible(future)
+}
+
+# The error of a future whose worker was ended, of future's class for it as
+# multisession raises it: a FutureCanceledError when cancel() ended it (on
+# the versions of future that have it), else a FutureInterruptError; a
+# FutureError on future < 1.40, which has neither.
+future_interrupt_error <- function(msg, future, canceled) {
+  error <- if (legacy_future()) {
+    future::FutureError
+  } else if (canceled && "FutureCanceledError" %in% getNamespaceExports("future")) {
+    future_export("FutureCanceledError")
+  } else {
+    future_export("FutureInterruptError")
+  }
+  error(msg, future = future)
 }
 
 # The registry of the plan's futures (future's FutureRegistry): the
