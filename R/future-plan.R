@@ -47,7 +47,9 @@
 #' running a future (killed, crashed, out of memory) fails that future as
 #' `multisession` does (a `FutureInterruptError` on future >= 1.40, a
 #' `FutureError` before; also of class `pageshare_worker_died`), and a new
-#' worker takes its place for the next future. A worker whose master (the R
+#' worker takes its place for the next future. A future stopped by
+#' `cancel()` (future >= 1.40) ends its worker the same way and fails with a
+#' `FutureCanceledError`, as under `multisession`. A worker whose master (the R
 #' session that set the plan) is gone, killed or crashed, ends within a
 #' fraction of a second, also in the middle of a future, instead of running on
 #' with its shared memory mapped until the future ends.
